@@ -1,0 +1,210 @@
+"""Callback, the base class users subclass, and CallbackList, which runs them.
+
+A callback implements ``on_<event>(self, trainer)`` for the events it cares
+about (see ``trainer.events.EVENT_TABLE``); every other hook is a no-op and is
+never even called: CallbackList precomputes, per event, the callbacks that
+override it. Callbacks run in ascending ``order`` (ties: the order they were
+given in)::
+
+    >>> class CountSteps(Callback):
+    ...     order = 50
+    ...     def __init__(self):
+    ...         self.steps = 0
+    ...     def on_step_end(self, trainer):
+    ...         self.steps += 1
+    ...     def state_dict(self):
+    ...         return {"steps": self.steps}
+    ...     def load_state_dict(self, state):
+    ...         self.steps = state["steps"]
+    >>> CountSteps().state_key
+    'CountSteps'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from typing import Any, Iterable, List, Optional
+
+from trainer.errors import CallbackError, ConfigError
+from trainer.events import Event
+
+
+class Callback:
+    """Base class of every callback: a no-op method per event.
+
+    Attributes:
+        order: lower runs first. Built-ins use: 0 AMP/NaN guard (they change the
+            loss and gradients), 10 LR schedule, 20 flow control, 50 user default,
+            90 monitors (add figures to ``state.logs``), 100 loggers, 200 checkpoint.
+    """
+
+    order: int = 50
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's state in checkpoints; unique per trainer."""
+        return type(self).__name__
+
+    def state_dict(self) -> dict:
+        """JSON-serialisable state saved in checkpoints (tensors: return numpy arrays)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def forward_context(self, trainer) -> Optional[contextlib.AbstractContextManager]:
+        """A context entered around every forward pass (AMP: auto_cast), or None."""
+        return None
+
+    # one no-op per event ------------------------------------------------
+    def on_fit_begin(self, trainer): ...
+    def on_epoch_begin(self, trainer): ...
+    def on_step_begin(self, trainer): ...
+    def on_backward_begin(self, trainer): ...
+    def on_backward_end(self, trainer): ...
+    def on_optimizer_step_begin(self, trainer): ...
+    def on_optimizer_step_end(self, trainer): ...
+    def on_step_end(self, trainer): ...
+    def on_log(self, trainer): ...
+    def on_epoch_end(self, trainer): ...
+    def on_eval_begin(self, trainer): ...
+    def on_eval_step_begin(self, trainer): ...
+    def on_eval_step_end(self, trainer): ...
+    def on_eval_end(self, trainer): ...
+    def on_predict_begin(self, trainer): ...
+    def on_predict_end(self, trainer): ...
+    def on_save_begin(self, trainer): ...
+    def on_save_end(self, trainer): ...
+    def on_load_begin(self, trainer): ...
+    def on_load_end(self, trainer): ...
+    def on_exception(self, trainer): ...
+    def on_fit_end(self, trainer): ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(order={self.order})"
+
+
+def _overrides(callback: Callback, method: str) -> bool:
+    return getattr(type(callback), method, None) is not getattr(Callback, method)
+
+
+class CallbackList:
+    """An ordered set of callbacks and the one dispatcher, :meth:`fire`.
+
+    ``fire`` wraps any exception in :class:`CallbackError` naming the callback
+    and the event, and times every call (``timings``: seconds per
+    (callback, event)), so overhead is visible in benchmarks and
+    ``describe()``.
+    """
+
+    def __init__(self, callbacks: Iterable[Callback] = ()):
+        self._callbacks: List[Callback] = []
+        for cb in callbacks:
+            self.add(cb, _rebuild=False)
+        self._rebuild()
+
+    # ---- membership ----------------------------------------------------
+    def add(self, callback: Callback, _rebuild: bool = True) -> None:
+        if isinstance(callback, type):
+            raise ConfigError(f"callback {callback.__name__} was given as a class: pass an instance, {callback.__name__}()")
+        if not isinstance(callback, Callback):
+            raise ConfigError(f"{callback!r} is not a callbacks.Callback: subclass callbacks.Callback")
+        key = callback.state_key
+        if any(cb.state_key == key for cb in self._callbacks):
+            raise ConfigError(f"two callbacks share the state_key {key!r}: remove one, or give each a distinct state_key")
+        self._callbacks.append(callback)
+        if _rebuild:
+            self._rebuild()
+
+    def remove(self, callback_or_type: Any) -> None:
+        """Remove an instance, or every instance of a class."""
+        self._callbacks = [cb for cb in self._callbacks
+                           if not (cb is callback_or_type or (isinstance(callback_or_type, type) and isinstance(cb, callback_or_type)))]
+        self._rebuild()
+
+    def get(self, cls: type) -> Optional[Callback]:
+        """The first callback that is an instance of ``cls``, or None."""
+        return next((cb for cb in self._callbacks if isinstance(cb, cls)), None)
+
+    def __iter__(self):
+        return iter(self._ordered)
+
+    def __len__(self) -> int:
+        return len(self._callbacks)
+
+    def _rebuild(self) -> None:
+        # stable sort: ties keep the order given
+        self._ordered = sorted(self._callbacks, key=lambda cb: cb.order)
+        self._handlers = {
+            event: [(cb, getattr(cb, event.method)) for cb in self._ordered if _overrides(cb, event.method)]
+            for event in Event
+        }
+        self._contexts = [cb for cb in self._ordered if _overrides(cb, "forward_context")]
+        self.timings = defaultdict(float)
+
+    # ---- dispatch ------------------------------------------------------
+    def fire(self, event: Event, trainer) -> None:
+        for cb, method in self._handlers[event]:
+            start = time.perf_counter()
+            try:
+                method(trainer)
+            except CallbackError:
+                raise
+            except Exception as exc:
+                raise CallbackError(type(cb).__name__, event.value, exc) from exc
+            finally:
+                self.timings[(type(cb).__name__, event.value)] += time.perf_counter() - start
+
+    def has_handlers(self, event: Event) -> bool:
+        return bool(self._handlers[event])
+
+    def forward_context(self, trainer) -> contextlib.AbstractContextManager:
+        """All callbacks' forward contexts, entered in order."""
+        if not self._contexts:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for cb in self._contexts:
+            try:
+                ctx = cb.forward_context(trainer)
+            except Exception as exc:
+                stack.close()
+                raise CallbackError(type(cb).__name__, "forward_context", exc) from exc
+            if ctx is not None:
+                stack.enter_context(ctx)
+        return stack
+
+    # ---- state -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {cb.state_key: cb.state_dict() for cb in self._ordered}
+
+    def load_state_dict(self, states: dict) -> List[str]:
+        """Restore each callback's state; return the keys nobody claimed."""
+        by_key = {cb.state_key: cb for cb in self._ordered}
+        for key, state in states.items():
+            if key in by_key:
+                try:
+                    by_key[key].load_state_dict(state)
+                except Exception as exc:
+                    raise CallbackError(type(by_key[key]).__name__, "load_state_dict", exc) from exc
+        return [key for key in states if key not in by_key]
+
+    # ---- introspection ---------------------------------------------------
+    def describe(self) -> str:
+        """The callbacks per event, in the order they will run."""
+        lines = ["callbacks (order, name):"]
+        for cb in self._ordered:
+            lines.append(f"  {cb.order:>4}  {type(cb).__name__}")
+        lines.append("per event, in run order:")
+        for event in Event:
+            names = [type(cb).__name__ for cb, _ in self._handlers[event]]
+            if names:
+                lines.append(f"  on_{event.value:<22} {' -> '.join(names)}")
+        if self._contexts:
+            lines.append(f"  {'forward_context':<25} {' -> '.join(type(cb).__name__ for cb in self._contexts)}")
+        if self.timings:
+            lines.append("time spent (ms):")
+            for (name, event), secs in sorted(self.timings.items(), key=lambda kv: -kv[1]):
+                lines.append(f"  {name}.on_{event}: {secs * 1e3:.3f}")
+        return "\n".join(lines)

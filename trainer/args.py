@@ -1,0 +1,306 @@
+"""TrainingArguments: every option of a run, with one name, one default and one
+place where it is validated (``__post_init__``).
+
+Field names follow PaddleNLP's and Hugging Face's ``TrainingArguments`` so that
+users can bring their flags along. Arguments load from a YAML mapping and take
+command-line overrides written ``--field value`` (or ``--field=value``)::
+
+    >>> args = TrainingArguments.from_yaml_and_cli(None, ["--learning_rate", "0.01", "--max_steps=20"])
+    >>> (args.learning_rate, args.max_steps)
+    (0.01, 20)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from .errors import ConfigError
+
+AMP_CHOICES = ("off", "fp16", "bf16")
+AMP_LEVELS = ("O1", "O2")
+SCHEDULERS = ("constant", "linear", "cosine", "step", "multistep")
+OPTIMIZERS = ("adamw", "momentum", "sgd")
+STRATEGIES = ("no", "steps", "epoch")
+DEVICES = ("auto", "cpu", "gpu")
+REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
+
+
+@dataclass
+class TrainingArguments:
+    """The arguments of one run. Every field is documented in ``metadata['help']``.
+
+    Bad values raise :class:`trainer.errors.ConfigError` at construction, naming
+    the field, the value and what is allowed.
+    """
+
+    # where
+    output_dir: str = field(default="output", metadata={"help": "directory for logs, checkpoints and exports"})
+    # batch
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "samples per process per micro-batch"})
+    per_device_eval_batch_size: int = field(default=8, metadata={"help": "samples per process per evaluation batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0 = load in the main process)"})
+    dataloader_drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete training batch of each epoch"})
+    # length of training
+    num_train_epochs: float = field(default=3.0, metadata={"help": "epochs to train (fractions allowed); ignored when max_steps > 0"})
+    max_steps: int = field(default=-1, metadata={"help": "optimizer steps to train; > 0 overrides num_train_epochs"})
+    # optimizer
+    optim: str = field(default="adamw", metadata={"help": "optimizer built when none is given: " + " | ".join(OPTIMIZERS)})
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled (adamw) or L2 (momentum, sgd) decay; never on biases and norm weights"})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
+    momentum: float = field(default=0.9, metadata={"help": "momentum of the momentum optimizer"})
+    max_grad_norm: Optional[float] = field(default=None, metadata={"help": "clip gradients to this global L2 norm; None = no clipping"})
+    # schedule
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "decay after warmup: " + " | ".join(SCHEDULERS)})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps; 0 = no warmup (wins over warmup_ratio)"})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "warmup as a fraction of all optimizer steps"})
+    lr_step_size: int = field(default=30, metadata={"help": "epochs between decays for lr_scheduler_type=step"})
+    lr_milestones: list = field(default_factory=lambda: [30, 60, 80], metadata={"help": "epochs at which multistep decays"})
+    lr_gamma: float = field(default=0.1, metadata={"help": "decay factor of step and multistep"})
+    scale_lr_by_batch: Optional[int] = field(default=None, metadata={"help": "linear scaling rule: peak lr = learning_rate x global batch / this reference batch"})
+    # mixed precision
+    amp: str = field(default="off", metadata={"help": "mixed precision: " + " | ".join(AMP_CHOICES)})
+    amp_level: str = field(default="O1", metadata={"help": "auto_cast level: O1 (lists of ops) or O2 (almost all ops, fp32 master weights)"})
+    # reproducibility
+    seed: int = field(default=42, metadata={"help": "seed of paddle, numpy and random, set when fit() starts"})
+    data_seed: int = field(default=0, metadata={"help": "epoch e is shuffled with numpy RandomState(data_seed + e); 0 gives paddle's DistributedBatchSampler order"})
+    # logging, evaluation, saving
+    logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
+    report_to: list = field(default_factory=lambda: ["tqdm", "jsonl", "visualdl"], metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; [] = none"})
+    disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
+    evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
+    eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
+    save_strategy: str = field(default="steps", metadata={"help": "when to save a checkpoint: " + " | ".join(STRATEGIES)})
+    save_steps: int = field(default=500, metadata={"help": "save every N steps (with save_strategy=steps)"})
+    save_total_limit: Optional[int] = field(default=None, metadata={"help": "keep at most this many recent checkpoints; None = all"})
+    metric_for_best_model: Optional[str] = field(default=None, metadata={"help": "evaluation metric that ranks checkpoints, e.g. eval_accuracy"})
+    greater_is_better: Optional[bool] = field(default=None, metadata={"help": "whether a larger metric_for_best_model is better (default: not for *loss)"})
+    resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or 'auto' for the latest in output_dir"})
+    # placement
+    device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu"})
+    find_unused_parameters: bool = field(default=False, metadata={"help": "DataParallel: allow parameters that get no gradient"})
+
+    def __post_init__(self) -> None:
+        self._coerce_types()
+        self._validate()
+
+    # ---- validation: the one place -------------------------------------
+    def _validate(self) -> None:
+        positive = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                    "logging_steps", "lr_step_size")
+        for name in positive:
+            _check(name, getattr(self, name), getattr(self, name) > 0, "an integer > 0")
+        _check("dataloader_num_workers", self.dataloader_num_workers, self.dataloader_num_workers >= 0, "an integer >= 0")
+        _check("learning_rate", self.learning_rate, self.learning_rate > 0, "a number > 0")
+        _check("weight_decay", self.weight_decay, self.weight_decay >= 0, "a number >= 0")
+        _check("num_train_epochs", self.num_train_epochs, self.num_train_epochs > 0 or self.max_steps > 0,
+               "a number > 0 (or set max_steps > 0)")
+        _check("max_steps", self.max_steps, self.max_steps == -1 or self.max_steps > 0, "-1 (use num_train_epochs) or an integer > 0")
+        _check("adam_beta1", self.adam_beta1, 0 <= self.adam_beta1 < 1, "a number in [0, 1)")
+        _check("adam_beta2", self.adam_beta2, 0 <= self.adam_beta2 < 1, "a number in [0, 1)")
+        _check("adam_epsilon", self.adam_epsilon, self.adam_epsilon > 0, "a number > 0")
+        _check("momentum", self.momentum, 0 <= self.momentum < 1, "a number in [0, 1)")
+        _check("max_grad_norm", self.max_grad_norm, self.max_grad_norm is None or self.max_grad_norm > 0,
+               "None (no clipping) or a number > 0")
+        _check("warmup_steps", self.warmup_steps, self.warmup_steps >= 0, "an integer >= 0")
+        _check("warmup_ratio", self.warmup_ratio, 0 <= self.warmup_ratio < 1, "a number in [0, 1)")
+        _check("lr_gamma", self.lr_gamma, 0 < self.lr_gamma <= 1, "a number in (0, 1]")
+        _check("lr_milestones", self.lr_milestones,
+               all(isinstance(m, int) and m > 0 for m in self.lr_milestones) and list(self.lr_milestones) == sorted(self.lr_milestones),
+               "increasing positive epoch numbers")
+        _check("scale_lr_by_batch", self.scale_lr_by_batch, self.scale_lr_by_batch is None or self.scale_lr_by_batch > 0,
+               "None or a reference batch size > 0")
+        _check("save_total_limit", self.save_total_limit, self.save_total_limit is None or self.save_total_limit > 0,
+               "None (keep all) or an integer > 0")
+        _check("eval_steps", self.eval_steps, self.eval_steps >= 0, "an integer >= 0")
+        _check("save_steps", self.save_steps, self.save_steps >= 0, "an integer >= 0")
+        _choice("optim", self.optim, OPTIMIZERS)
+        _choice("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
+        _choice("amp", self.amp, AMP_CHOICES)
+        _choice("amp_level", self.amp_level, AMP_LEVELS)
+        _choice("evaluation_strategy", self.evaluation_strategy, STRATEGIES)
+        _choice("save_strategy", self.save_strategy, STRATEGIES)
+        _choice("device", self.device, DEVICES)
+        for reporter in self.report_to:
+            _choice("report_to", reporter, REPORTERS)
+        if self.evaluation_strategy == "steps" and self.eval_steps == 0:
+            raise ConfigError("eval_steps=0 but evaluation_strategy='steps': set --eval_steps N (N > 0) or another evaluation_strategy")
+        if self.save_strategy == "steps" and self.save_steps == 0:
+            raise ConfigError("save_steps=0 but save_strategy='steps': set --save_steps N (N > 0) or --save_strategy no")
+        if not str(self.output_dir).strip():
+            raise ConfigError("output_dir is empty: give a directory, e.g. --output_dir runs/exp1")
+
+    def _coerce_types(self) -> None:
+        """Turn strings (from YAML or the command line) into the field's type."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _convert(f.name, getattr(self, f.name), hints[f.name]))
+
+    # ---- derived values -------------------------------------------------
+    @property
+    def greater_is_better_resolved(self) -> bool:
+        """Whether larger ``metric_for_best_model`` values are better."""
+        if self.greater_is_better is not None:
+            return self.greater_is_better
+        return not (self.metric_for_best_model or "loss").endswith("loss")
+
+    # ---- loading --------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "arguments") -> "TrainingArguments":
+        """Build from a mapping; an unknown key is an error that suggests the closest field."""
+        names = cls.field_names()
+        for key in values:
+            if key not in names:
+                raise ConfigError(f"unknown training argument '{key}' in {source}{_suggest(key, names)}")
+        return cls(**dict(values))
+
+    @classmethod
+    def from_yaml_and_cli(cls, yaml_path: Optional[str], argv: Iterable[str] = (),
+                          base: Optional[Mapping[str, Any]] = None) -> "TrainingArguments":
+        """Defaults < ``base`` < the YAML file < ``--field value`` overrides."""
+        values = dict(base or {})
+        if yaml_path:
+            values.update(load_yaml_mapping(yaml_path))
+        values.update(parse_overrides(argv, cls.field_names()))
+        return cls.from_dict(values, source=yaml_path or "the command line")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---- helpers --------------------------------------------------------------
+def _check(name: str, value: Any, ok: bool, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}={value!r} is not allowed: {name} must be {allowed}")
+
+
+def _choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not allowed: choose one of {', '.join(choices)}{_suggest(str(value), choices)}")
+
+
+def _suggest(word: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def _convert(name: str, value: Any, hint: Any) -> Any:
+    """Coerce ``value`` to the annotated type, raising ConfigError naming the field."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union and type(None) in args:  # Optional[X]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ConfigError(f"{name}={value!r} is not allowed: {name} must be true or false")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be an integer") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number") from None
+    if hint is list or origin is list:
+        if isinstance(value, str):
+            items = [v.strip() for v in value.split(",") if v.strip()]
+            value = [_maybe_int(v) for v in items]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a list (comma-separated on the command line)")
+        return list(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a string")
+        return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    return value
+
+
+def _maybe_int(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_overrides(argv: Iterable[str], names: Iterable[str]) -> dict:
+    """Parse ``--field value`` / ``--field=value`` pairs into a dict of strings."""
+    names = list(names)
+    argv = list(argv)
+    out: dict = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--"):
+            raise ConfigError(f"unexpected argument {token!r}: overrides are written --field value")
+        key, eq, value = token[2:].partition("=")
+        key = key.replace("-", "_")
+        if key not in names:
+            raise ConfigError(f"unknown training argument '--{key}'{_suggest(key, names)}")
+        if not eq:
+            if i + 1 >= len(argv) or (argv[i + 1].startswith("--") and not _is_number(argv[i + 1])):
+                raise ConfigError(f"--{key} needs a value: write --{key} VALUE")
+            value = argv[i + 1]
+            i += 1
+        out[key] = value
+        i += 1
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def load_yaml_mapping(path: str) -> dict:
+    """Read a YAML mapping; errors name the file (and the line when it does not parse)."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path} does not exist: check the path")
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{path}{where}: YAML does not parse ({problem}); fix the file") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of field: value, got {type(data).__name__}")
+    return data

@@ -1,0 +1,221 @@
+"""``ptrain``: run, list and inspect training tasks.
+
+    ptrain list
+    ptrain run digits                                  # the task's demo recipe
+    ptrain run digits --recipe demo --learning_rate 0.01 --max_steps 200
+    ptrain run digits --nproc 2                        # 2 processes via paddle.distributed.launch
+    ptrain run TASK --gpus 0,1,2,3                     # 4 GPUs on this node
+    ptrain run TASK --gpus 0,1,2,3 --ips 10.0.0.1,10.0.0.2   # 2 nodes (run the same line on each)
+    ptrain run digits --dry_run                        # resolved arguments and callbacks, no training
+    ptrain inspect runs/digits-demo/checkpoints/latest # verify a checkpoint and print its manifest
+
+Any ``--field value`` after the task name overrides a TrainingArguments field
+or a task option; recipes are YAML (see trainer/task.py). Errors print one
+line and exit non-zero (2 config, 3 data, 4 callback, 5 training, 1 other);
+``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+from .errors import ConfigError, TrainerError
+
+LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
+                                       "4 a callback failed, 5 training failed.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list tasks and their recipes")
+    run = sub.add_parser("run", help="train a task; extra --field value pairs override the recipe",
+                         description="Train TASK with a recipe. Any further --field value pair overrides a "
+                                     "TrainingArguments field or a task option (see --dry_run for all of them).")
+    run.add_argument("task", help="task name (see ptrain list)")
+    run.add_argument("--recipe", default=None, help="recipe name or YAML path (default: the task's demo)")
+    run.add_argument("--config", default=None, help="a YAML of TrainingArguments applied over the recipe")
+    run.add_argument("--nproc", type=int, default=None, help="processes on this node (CPU: gloo; GPU: one per card)")
+    run.add_argument("--gpus", default=None, help="GPU ids for paddle.distributed.launch, e.g. 0,1,2,3")
+    run.add_argument("--ips", default=None, help="comma-separated node IPs for a multi-node run")
+    run.add_argument("--nnodes", type=int, default=None, help="number of nodes (with --master)")
+    run.add_argument("--master", default=None, help="IP:PORT of the master node (with --nnodes)")
+    run.add_argument("--rank", type=int, default=None, help="this node's rank (with --nnodes and --master)")
+    run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
+    run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    ins = sub.add_parser("inspect", help="verify a checkpoint against its manifest and print it")
+    ins.add_argument("checkpoint", help="checkpoint directory (or output_dir/checkpoints/latest)")
+    ins.add_argument("--debug", action="store_true")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*ccache.*")  # paddle's import-time notice, noise for users
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    ns, extra = parser.parse_known_args(argv)
+    debug = getattr(ns, "debug", False)
+    try:
+        if ns.command == "list":
+            return _cmd_list()
+        if ns.command == "inspect":
+            return _cmd_inspect(ns.checkpoint)
+        return _cmd_run(ns, extra, argv)
+    except TrainerError as exc:
+        if debug:
+            raise
+        print(f"ptrain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ptrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def _cmd_list() -> int:
+    from .task import available_tasks, get_task
+
+    for name in sorted(available_tasks()):
+        task = get_task(name)
+        print(f"{name:<12} {task.description}")
+        print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
+    return 0
+
+
+def _cmd_inspect(path: str) -> int:
+    from .checkpoint_io import LATEST, verify
+
+    if os.path.basename(path.rstrip("/")) == LATEST and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            path = os.path.join(os.path.dirname(path), f.read().strip())
+    if not os.path.isdir(path):
+        raise ConfigError(f"checkpoint {path} does not exist: give a checkpoint directory")
+    manifest = verify(path)
+    print(json.dumps(manifest, indent=1, sort_keys=True))
+    print(f"{path}: complete, {len(manifest['files'])} files verified")
+    return 0
+
+
+def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], overrides: List[str]):
+    """Task, options and TrainingArguments for a run: recipe < --config < --field overrides."""
+    from .args import TrainingArguments, load_yaml_mapping, parse_overrides
+    from .task import get_task
+
+    task = get_task(task_name)
+    recipe_path = task.recipe_path(recipe or task.default_recipe)
+    doc = load_yaml_mapping(recipe_path)
+    unknown = set(doc) - {"description", "task", "args"}
+    if unknown:
+        raise ConfigError(f"{recipe_path}: unknown section(s) {sorted(unknown)}: a recipe has description, task and args")
+    arg_values = dict(doc.get("args") or {})
+    if config:
+        arg_values.update(load_yaml_mapping(config))
+    arg_names, option_names = TrainingArguments.field_names(), task.option_names()
+    parsed = parse_overrides(overrides, arg_names + option_names)
+    option_values = dict(doc.get("task") or {})
+    for key, value in parsed.items():
+        (arg_values if key in arg_names else option_values)[key] = value
+    for key in option_values:
+        if key not in option_names:
+            raise ConfigError(f"{recipe_path}: unknown option '{key}' for task {task.name}: options are {', '.join(option_names)}")
+    args = TrainingArguments.from_dict(arg_values, source=recipe_path)
+    options = task.options_class(**option_values)
+    return task, options, args
+
+
+def _strip_launch_flags(argv: List[str]) -> List[str]:
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name = token.split("=", 1)[0]
+        if name in LAUNCH_FLAGS:
+            skip = "=" not in token
+            continue
+        out.append(token)
+    return out
+
+
+def launch_command(ns, argv: List[str], output_dir: str) -> List[str]:
+    """The ``python -m paddle.distributed.launch`` line that reruns this command on every process."""
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", os.path.join(output_dir, "launch_logs")]
+    if ns.nproc:
+        cmd += ["--nproc_per_node", str(ns.nproc)]
+    if ns.gpus:
+        cmd += ["--devices", ns.gpus]
+    if ns.ips:
+        cmd += ["--ips", ns.ips]
+    if ns.nnodes:
+        cmd += ["--nnodes", str(ns.nnodes)]
+    if ns.master:
+        cmd += ["--master", ns.master]
+    if ns.rank is not None:
+        cmd += ["--rank", str(ns.rank)]
+    return cmd + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + _strip_launch_flags(argv)
+
+
+def _wants_launch(ns) -> bool:
+    if "PADDLE_TRAINER_ID" in os.environ:  # already inside a launched process
+        return False
+    return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes)
+
+
+def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
+    task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
+    if ns.nproc is not None and ns.nproc < 1:
+        raise ConfigError(f"--nproc={ns.nproc} is not allowed: give 1 or more processes")
+    if _wants_launch(ns) and not ns.dry_run:
+        cmd = launch_command(ns, argv, args.output_dir)
+        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
+        return subprocess.call(cmd)
+    return _run_here(task, options, args, dry_run=ns.dry_run)
+
+
+def _run_here(task, options, args, dry_run: bool) -> int:
+    from . import distributed as dist
+    from .trainer import Trainer
+
+    logging.basicConfig(level=logging.INFO if dist.is_main_process() else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run = task.build(options, args)
+    trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
+                      loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
+                      callbacks=run.callbacks)
+    if dry_run:
+        print(f"task: {task.name}  options: {options}")
+        print("info: " + json.dumps(run.info, sort_keys=True))
+        print("args: " + json.dumps(args.to_dict(), sort_keys=True))
+        print(trainer.describe_callbacks())
+        return 0
+    start = time.time()
+    state = trainer.fit()
+    results = {"task": task.name, "status": state.status, "global_step": state.global_step,
+               "train_seconds": round(time.time() - start, 2), **run.info}
+    if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
+        final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None
+        results.update(final or trainer.evaluate())
+    if run.test_dataset is not None:
+        results.update(trainer.predict(run.test_dataset).metrics)
+    if dist.is_main_process():
+        path = os.path.join(args.output_dir, "results.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+        shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
+        print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
+        print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,596 @@
+"""Trainer: the data-parallel training loop, evaluation and prediction.
+
+The loop announces events (``trainer.events``); everything optional is a
+callback. A step reads top to bottom in :meth:`Trainer._train_step`; the
+details (accumulation, clipping, logging reductions) sit in small helpers.
+
+Hot-path rule: between logging intervals nothing here copies a tensor to the
+host. The loss is summed on the device and reduced across ranks only when
+``state.should_log`` is set (``_log_training``: the one sync point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, List, Optional
+
+import numpy as np
+import paddle
+
+from callbacks.base import Callback, CallbackList
+from callbacks.defaults import default_callbacks
+
+from . import distributed as dist
+from .args import TrainingArguments
+from .data import ResumableDistributedBatchSampler, ShardedEvalSampler, dataset_length, make_loader
+from .errors import ConfigError, DataError, TrainingError
+from .events import Event
+from .schedules import build_scheduler
+from .state import TrainerState
+
+logger = logging.getLogger("trainer")
+
+
+@dataclass
+class EvalPrediction:
+    """What ``compute_metrics`` receives: numpy arrays over the whole dataset, in order."""
+
+    predictions: Any
+    label_ids: Any
+
+
+@dataclass
+class PredictionOutput:
+    predictions: Any
+    label_ids: Any
+    metrics: dict
+
+
+class Trainer:
+    """Train, evaluate and predict with a ``paddle.nn.Layer`` on one process or many.
+
+    Args:
+        model: the ``paddle.nn.Layer`` to train (not yet wrapped in DataParallel).
+        args: :class:`TrainingArguments` (defaults when None).
+        train_dataset, eval_dataset: map-style datasets.
+        loss_fn: ``loss_fn(outputs, labels)``; when None the model must return the loss.
+        collate_fn: passed to ``paddle.io.DataLoader``.
+        optimizer: used as given; when None, :meth:`create_optimizer` builds one.
+        lr_scheduler: stepped once per optimizer step; when None and the trainer
+            builds the optimizer, :meth:`create_lr_scheduler` builds one.
+        compute_metrics: ``compute_metrics(EvalPrediction) -> dict`` of floats.
+        callbacks: extra :class:`callbacks.Callback` instances, added to the
+            default set that ``args`` switches on (see ``callbacks.defaults``).
+
+    Example::
+
+        trainer = Trainer(model, TrainingArguments(output_dir="out", max_steps=100),
+                          train_dataset=ds, loss_fn=paddle.nn.CrossEntropyLoss())
+        trainer.fit()
+    """
+
+    def __init__(self, model: paddle.nn.Layer, args: Optional[TrainingArguments] = None,
+                 train_dataset=None, eval_dataset=None, loss_fn: Optional[Callable] = None,
+                 collate_fn: Optional[Callable] = None, optimizer: Optional[paddle.optimizer.Optimizer] = None,
+                 lr_scheduler=None, compute_metrics: Optional[Callable] = None,
+                 callbacks: Optional[Iterable[Callback]] = None):
+        if not isinstance(model, paddle.nn.Layer):
+            raise ConfigError(f"model must be a paddle.nn.Layer, got {type(model).__name__}")
+        self.args = args if args is not None else TrainingArguments()
+        if not isinstance(self.args, TrainingArguments):
+            raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
+        self.device = dist.select_device(self.args.device)
+        self.model = model                 # the user's model, never wrapped
+        self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.loss_fn = loss_fn
+        self.collate_fn = collate_fn
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.compute_metrics = compute_metrics
+        self.state = TrainerState(world_size=dist.get_world_size())
+        self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
+        self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
+        self._pending_resume: Optional[str] = None
+
+    # ---- public facts --------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    @property
+    def is_main_process(self) -> bool:
+        return dist.is_main_process()
+
+    def add_callback(self, callback: Callback) -> None:
+        self.callbacks.add(callback)
+
+    def remove_callback(self, callback_or_type) -> None:
+        self.callbacks.remove(callback_or_type)
+
+    def describe_callbacks(self) -> str:
+        """The resolved callbacks per event in the order they will run."""
+        return self.callbacks.describe()
+
+    def fire(self, event: Event) -> None:
+        """Announce ``event`` to the callbacks (public so subclasses can add events)."""
+        self.callbacks.fire(event, self)
+
+    # ---- overridable building blocks -----------------------------------------
+    def get_train_dataloader(self) -> paddle.io.DataLoader:
+        n = dataset_length(self.train_dataset, "training")
+        self._train_sampler = ResumableDistributedBatchSampler(
+            n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
+            shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
+        if self._train_sampler.batches_per_epoch() == 0:
+            raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
+                            f"dataloader_drop_last: lower per_device_train_batch_size or set --dataloader_drop_last false")
+        return make_loader(self.train_dataset, self._train_sampler, self.collate_fn, self.args.dataloader_num_workers)
+
+    def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
+        n = dataset_length(dataset, "evaluation")
+        if n < self.world_size:
+            raise DataError(f"the evaluation dataset has {n} samples, fewer than the {self.world_size} processes: "
+                            "give more samples or run with fewer processes")
+        sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, self.world_size, self.rank)
+        return make_loader(dataset, sampler, self.collate_fn, self.args.dataloader_num_workers)
+
+    def create_optimizer(self) -> paddle.optimizer.Optimizer:
+        """``args.optim`` over the model's parameters; weight decay only on
+        parameters with 2+ dims (matrices, embeddings, kernels), never on biases
+        and norm weights. Uses ``self.lr_scheduler`` as its learning rate."""
+        a = self.args
+        lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
+        params = [p for p in self.model.parameters() if not p.stop_gradient]
+        decay_names = {p.name for p in params if p.ndim >= 2}
+        if a.optim == "adamw":
+            return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
+                                          beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
+                                          apply_decay_param_fun=lambda name: name in decay_names)
+        groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
+                  {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        if a.optim == "momentum":
+            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups)
+        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups)
+
+    def create_lr_scheduler(self, total_steps: int):
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
+        return build_scheduler(self.args, total_steps, self.state.steps_per_epoch, self._peak_lr())
+
+    def _peak_lr(self) -> float:
+        """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
+        a = self.args
+        if a.scale_lr_by_batch:
+            return a.learning_rate * self.state.global_batch_size / a.scale_lr_by_batch
+        return a.learning_rate
+
+    def compute_loss(self, model: paddle.nn.Layer, batch: Any) -> paddle.Tensor:
+        """The loss of one micro-batch.
+
+        ``(inputs..., labels)`` sequences: ``loss_fn(model(*inputs), labels)``.
+        Dict batches: with ``loss_fn``, ``loss_fn(model(**rest), batch['labels'])``;
+        without, ``model(**batch)`` must return the loss (a tensor, a tuple whose
+        first item is the loss, or a dict/object with ``loss``), as paddlenlp
+        models do when given labels.
+        """
+        outputs, labels = self._forward(model, batch)
+        if self.loss_fn is not None:
+            if labels is None:
+                raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
+            return self.loss_fn(outputs, labels)
+        return _loss_from_outputs(outputs)
+
+    def _forward(self, model, batch):
+        """Run the model on a batch; return (outputs, labels or None)."""
+        if isinstance(batch, dict):
+            if self.loss_fn is not None and "labels" in batch:
+                rest = {k: v for k, v in batch.items() if k != "labels"}
+                return model(**rest), batch["labels"]
+            return model(**batch), batch.get("labels")
+        if isinstance(batch, (list, tuple)):
+            if len(batch) == 1:
+                return model(batch[0]), None
+            return model(*batch[:-1]), batch[-1]
+        return model(batch), None
+
+    def training_step(self, model: paddle.nn.Layer, batch: Any) -> paddle.Tensor:
+        """Forward (inside the callbacks' contexts), backward; returns the detached loss."""
+        with self.callbacks.forward_context(self):
+            loss = self.compute_loss(model, batch)
+        _check_loss(loss)
+        self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
+        self.fire(Event.BACKWARD_BEGIN)
+        self.state.loss.backward()
+        self.fire(Event.BACKWARD_END)
+        return loss.detach()
+
+    def evaluation_step(self, model: paddle.nn.Layer, batch: Any):
+        """Returns ``(loss or None, predictions, labels or None)`` for one batch, no gradients."""
+        with self.callbacks.forward_context(self):
+            outputs, labels = self._forward(model, batch)
+            if self.loss_fn is not None and labels is not None:
+                return self.loss_fn(outputs, labels), _logits_from_outputs(outputs), labels
+            loss = _loss_from_outputs(outputs, required=False)
+        return loss, _logits_from_outputs(outputs), labels
+
+    # ---- fit ------------------------------------------------------------------
+    def fit(self, resume_from_checkpoint: Optional[str] = None) -> TrainerState:
+        """Train. Returns the final state (``state.status``: completed or stopped).
+
+        Errors pass through ``on_exception`` then ``on_fit_end`` (status failed)
+        and are re-raised.
+        """
+        if self.train_dataset is None:
+            raise ConfigError("fit() needs a train_dataset: Trainer(model, args, train_dataset=...)")
+        state = self.state
+        state.status, state.should_stop, state.error = "running", False, None
+        resume = resume_from_checkpoint or self.args.resume_from_checkpoint
+        try:
+            loader = self._setup_fit(resume)
+            self.fire(Event.FIT_BEGIN)
+            self._train_loop(loader)
+            state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
+        except BaseException as exc:
+            state.status, state.error = "failed", exc
+            self._fire_quietly(Event.EXCEPTION)
+            raise
+        finally:
+            self._fire_quietly(Event.FIT_END) if state.status == "failed" else self.fire(Event.FIT_END)
+        return state
+
+    def _fire_quietly(self, event: Event) -> None:
+        """Fire during error handling: a second error is logged, the first one surfaces."""
+        try:
+            self.fire(event)
+        except Exception as exc:  # noqa: BLE001 - the original error must win
+            logger.error("while handling a failure: %s", exc)
+
+    def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
+        a = self.args
+        _seed_everything(a.seed)
+        loader = self.get_train_dataloader()
+        self._plan_steps()
+        if self.optimizer is None:
+            if self.lr_scheduler is None:
+                self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
+            self.optimizer = self.create_optimizer()
+        self.model_wrapped = dist.wrap_model(self.model, a.find_unused_parameters)
+        if resume:
+            self.load_checkpoint(resume)
+            self._plan_steps()  # this run's arguments win over the checkpoint's plan
+            self.state.status = "running"
+        self.model_wrapped.train()
+        self._loss_sum = paddle.zeros([], dtype="float32")
+        self._loss_steps = 0
+        self._log_clock = (time.perf_counter(), self.state.samples_seen)
+        return loader
+
+    def _plan_steps(self) -> None:
+        a, state = self.args, self.state
+        k = a.gradient_accumulation_steps
+        state.steps_per_epoch = math.ceil(self._train_sampler.batches_per_epoch() / k)
+        state.world_size = self.world_size
+        state.global_batch_size = a.per_device_train_batch_size * k * self.world_size
+        if a.max_steps > 0:
+            state.max_steps = a.max_steps
+        else:
+            state.max_steps = math.ceil(a.num_train_epochs * state.steps_per_epoch)
+        state.num_train_epochs = math.ceil(state.max_steps / state.steps_per_epoch)
+
+    def _train_loop(self, loader: paddle.io.DataLoader) -> None:
+        state = self.state
+        start_epoch, start_step = state.epoch, state.step_in_epoch
+        for epoch in range(start_epoch, state.num_train_epochs):
+            if state.should_stop or state.global_step >= state.max_steps:
+                break
+            state.epoch = epoch
+            state.step_in_epoch = start_step if epoch == start_epoch else 0
+            self._train_sampler.set_epoch(epoch, start_batch=state.step_in_epoch * self.args.gradient_accumulation_steps)
+            self.fire(Event.EPOCH_BEGIN)
+            self._train_epoch(iter(loader))
+            if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
+                state.epoch = epoch + 1
+                state.step_in_epoch = 0
+                self.fire(Event.EPOCH_END)
+                self._act_on_flags()
+
+    def _train_epoch(self, batches) -> None:
+        state, k = self.state, self.args.gradient_accumulation_steps
+        total_batches = self._train_sampler.batches_per_epoch()
+        while state.step_in_epoch < state.steps_per_epoch and state.global_step < state.max_steps:
+            first = state.step_in_epoch * k
+            state.num_micro_batches = min(k, total_batches - first)
+            self._train_step(batches)
+            self._act_on_flags()
+            if state.should_stop:
+                break
+
+    def _train_step(self, batches) -> None:
+        """One optimizer step over ``state.num_micro_batches`` micro-batches."""
+        state = self.state
+        self.fire(Event.STEP_BEGIN)
+        state.last_data_wait = 0.0
+        n = state.num_micro_batches
+        step_loss = None
+        for i in range(n):
+            state.micro_step = i
+            batch = self._next_batch(batches)
+            with self._sync_context(last=i == n - 1):
+                loss = self.training_step(self.model_wrapped, batch)
+            part = loss / n if n > 1 else loss
+            step_loss = part if step_loss is None else step_loss + part
+        state.step_loss = step_loss
+        self._loss_sum += step_loss
+        self._optimizer_step()
+        state.step_in_epoch += 1
+        self._loss_steps += 1
+        self.fire(Event.STEP_END)
+
+    def _next_batch(self, batches):
+        start = time.perf_counter()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            raise DataError("the training dataloader ran out of batches before the epoch's last step: "
+                            "a custom get_train_dataloader must yield the sampler's batches") from None
+        waited = time.perf_counter() - start
+        self.state.last_data_wait += waited
+        self.state.data_wait_time += waited
+        self.state.samples_seen += _batch_size(batch) * self.world_size
+        return batch
+
+    def _sync_context(self, last: bool):
+        """DataParallel ``no_sync`` on every micro-batch but the last of a step."""
+        if not last and isinstance(self.model_wrapped, paddle.DataParallel):
+            return self.model_wrapped.no_sync()
+        return contextlib.nullcontext()
+
+    def _optimizer_step(self) -> None:
+        state = self.state
+        self.fire(Event.OPTIMIZER_STEP_BEGIN)
+        if self.args.max_grad_norm is not None:
+            state.grad_norm = self.clip_gradients(self.args.max_grad_norm)
+        if state.skip_optimizer_step:
+            state.skipped_steps += 1
+        else:
+            self.optimizer.step()
+        self.optimizer.clear_grad()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        state.skip_optimizer_step = False
+        state.global_step += 1
+        self.fire(Event.OPTIMIZER_STEP_END)
+
+    def clip_gradients(self, max_norm: float) -> paddle.Tensor:
+        """Scale gradients so their global L2 norm is at most ``max_norm``.
+
+        Returns the norm before clipping as a device tensor (no host sync).
+        """
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        return paddle.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.get_lr())
+
+    def _act_on_flags(self) -> None:
+        """Log, evaluate, save, in that order, as the callbacks asked; then clear the flags."""
+        state = self.state
+        if state.should_log:
+            state.should_log = False
+            self._log_training()
+        if state.should_evaluate:
+            state.should_evaluate = False
+            if self.eval_dataset is not None:
+                self.evaluate()
+        if state.should_save:
+            state.should_save = False
+            self.save_checkpoint()
+
+    def _log_training(self) -> None:
+        """Reduce the mean loss since the last log across ranks (the one host sync) and fire ``log``."""
+        state = self.state
+        if self._loss_steps == 0:
+            return
+        mean_loss = dist.all_reduce_mean(self._loss_sum / self._loss_steps)
+        now = time.perf_counter()
+        t0, samples0 = self._log_clock
+        elapsed = max(now - t0, 1e-9)
+        record = {
+            "step": state.global_step,
+            "epoch": round(state.epoch + state.step_in_epoch / max(1, state.steps_per_epoch), 4),
+            "loss": float(mean_loss),
+            "learning_rate": self.current_lr(),
+            "samples_per_second": (state.samples_seen - samples0) / elapsed,
+        }
+        if state.grad_norm is not None:
+            record["grad_norm"] = float(state.grad_norm)
+        self._loss_sum = paddle.zeros([], dtype="float32")
+        self._loss_steps = 0
+        self._log_clock = (now, state.samples_seen)
+        self.log(record)
+
+    def log(self, record: dict) -> None:
+        """Publish a record of host floats to the loggers (``on_log``); every rank calls it."""
+        self.state.logs = dict(record)
+        self.fire(Event.LOG)
+        self.state.log_history.append(dict(self.state.logs))
+
+    # ---- evaluate / predict ----------------------------------------------------
+    def evaluate(self, eval_dataset=None, metric_key_prefix: str = "eval") -> dict:
+        """Metrics over the whole dataset, identical on every rank.
+
+        Each rank evaluates a contiguous, unpadded shard; losses are summed and
+        predictions gathered across ranks, so no sample counts twice or is lost.
+        """
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        self.fire(Event.EVAL_BEGIN)
+        preds, labels, loss_sum, count = self._run_inference(dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+        metrics = {}
+        if loss_sum is not None:
+            metrics[f"{metric_key_prefix}_loss"] = float(loss_sum) / count
+        if self.compute_metrics is not None and labels is not None:
+            for key, value in self.compute_metrics(EvalPrediction(preds, labels)).items():
+                name = key if key.startswith(metric_key_prefix + "_") else f"{metric_key_prefix}_{key}"
+                metrics[name] = float(value)
+        metrics[f"{metric_key_prefix}_samples"] = count
+        self.state.metrics = dict(metrics)
+        self.fire(Event.EVAL_END)
+        self.log({"step": self.state.global_step, **self.state.metrics})
+        return self.state.metrics
+
+    def predict(self, dataset) -> PredictionOutput:
+        """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
+        self.fire(Event.PREDICT_BEGIN)
+        preds, labels, loss_sum, count = self._run_inference(dataset, None, None)
+        metrics = {}
+        if loss_sum is not None:
+            metrics["test_loss"] = float(loss_sum) / count
+        if self.compute_metrics is not None and labels is not None:
+            metrics.update({f"test_{k}": float(v) for k, v in self.compute_metrics(EvalPrediction(preds, labels)).items()})
+        out = PredictionOutput(preds, labels, metrics)
+        self.fire(Event.PREDICT_END)
+        return out
+
+    def _run_inference(self, dataset, begin: Optional[Event], end: Optional[Event]):
+        loader = self.get_eval_dataloader(dataset)
+        model = self.model_wrapped if isinstance(self.model_wrapped, paddle.DataParallel) else self.model
+        was_training = model.training
+        model.eval()
+        loss_sum = paddle.zeros([], dtype="float64")
+        has_loss, all_preds, all_labels, count = False, [], [], 0
+        try:
+            with paddle.no_grad():
+                for batch in loader:
+                    if begin:
+                        self.fire(begin)
+                    loss, preds, labels = self.evaluation_step(self.model, batch)
+                    n = _batch_size(batch)
+                    count += n
+                    if loss is not None:
+                        has_loss = True
+                        loss_sum += loss.astype("float64") * n
+                    all_preds.append(_detach(preds))
+                    if labels is not None:
+                        all_labels.append(labels)
+                    if end:
+                        self.fire(end)
+        finally:
+            if was_training:
+                model.train()
+        local_preds = _concat(all_preds)
+        local_labels = _concat(all_labels) if all_labels else None
+        preds = dist.gather_nested(local_preds)
+        labels = dist.gather_nested(local_labels) if local_labels is not None else None
+        count = int(dist.reduce_scalars([count], op="sum")[0])
+        total = dist.all_reduce_sum(loss_sum) if has_loss else None
+        return _to_numpy(preds), _to_numpy(labels), (float(total) if total is not None else None), count
+
+    # ---- checkpoints -----------------------------------------------------------
+    def save_checkpoint(self, path: Optional[str] = None) -> str:
+        """Write a complete checkpoint (see ``trainer.checkpoint_io``); returns its directory."""
+        from .checkpoint_io import save_checkpoint
+
+        self.fire(Event.SAVE_BEGIN)
+        out = save_checkpoint(self, path)
+        self.fire(Event.SAVE_END)
+        return out
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore model, optimizer, scheduler, state, callbacks and RNG from ``path``
+        (a checkpoint directory, or ``auto`` for the latest in ``output_dir``)."""
+        from .checkpoint_io import load_checkpoint
+
+        self.fire(Event.LOAD_BEGIN)
+        load_checkpoint(self, path)
+        self.fire(Event.LOAD_END)
+
+
+# ---- small helpers ------------------------------------------------------------
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    paddle.seed(seed)
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, paddle.Tensor):
+        raise TrainingError(f"compute_loss returned {type(loss).__name__}, not a paddle.Tensor: return the loss tensor")
+    if loss.size != 1:
+        raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
+                            "reduce it (e.g. loss.mean())")
+
+
+def _loss_from_outputs(outputs: Any, required: bool = True):
+    if isinstance(outputs, paddle.Tensor):
+        return outputs if outputs.size == 1 or required else None
+    if isinstance(outputs, dict) and "loss" in outputs:
+        return outputs["loss"]
+    if hasattr(outputs, "loss") and getattr(outputs, "loss") is not None:
+        return outputs.loss
+    if isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], paddle.Tensor) and outputs[0].size == 1:
+        return outputs[0]
+    if not required:
+        return None
+    raise TrainingError("the model's output holds no loss and no loss_fn was given: "
+                        "pass Trainer(loss_fn=...) or return the loss from the model")
+
+
+def _logits_from_outputs(outputs: Any):
+    if isinstance(outputs, paddle.Tensor):
+        return outputs
+    if isinstance(outputs, dict):
+        return outputs.get("logits", next(v for k, v in outputs.items() if k != "loss"))
+    if hasattr(outputs, "logits"):
+        return outputs.logits
+    if isinstance(outputs, (list, tuple)):
+        rest = [o for o in outputs if isinstance(o, paddle.Tensor) and o.size != 1] or list(outputs)
+        return rest[0] if len(rest) == 1 else tuple(rest)
+    return outputs
+
+
+def _batch_size(batch: Any) -> int:
+    """Rows in a batch, from tensor metadata (no device sync)."""
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    if isinstance(batch, (list, tuple)):
+        batch = batch[0]
+        if isinstance(batch, (list, tuple, dict)):
+            return _batch_size(batch)
+    return int(batch.shape[0]) if hasattr(batch, "shape") and len(batch.shape) else 1
+
+
+def _detach(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detach(v) for v in value)
+    return value.detach() if isinstance(value, paddle.Tensor) else value
+
+
+def _concat(parts: List[Any]):
+    if not parts:
+        return None
+    first = parts[0]
+    if isinstance(first, (list, tuple)):
+        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
+    return paddle.concat(parts, axis=0)
+
+
+def _to_numpy(value):
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_numpy(v) for v in value)
+    return value.numpy()
