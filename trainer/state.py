@@ -46,12 +46,14 @@ class TrainerState:
     steps_per_epoch: int = 0
     num_train_epochs: int = 0
     samples_seen: int = 0         # training samples consumed, summed over ranks
+    tokens_seen: int = 0          # input_ids elements consumed (padding included), summed over ranks
     world_size: int = 1
     global_batch_size: int = 0    # per-device batch x accumulation x world size
     skipped_steps: int = 0        # optimizer updates skipped (AMP overflow, NaN guard, callbacks)
     # timing (host clocks; no device sync)
     data_wait_time: float = 0.0   # seconds spent waiting for batches, this fit()
     last_data_wait: float = 0.0   # seconds waited for the batches of the current step
+    last_step_time: float = 0.0   # host seconds of the last step, data wait included
     # results
     metrics: dict = field(default_factory=dict)     # last evaluation metrics
     logs: dict = field(default_factory=dict)        # the record being logged (mutable in on_log)

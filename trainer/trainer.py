@@ -97,6 +97,7 @@ class Trainer:
         self.compute_metrics = compute_metrics
         self.state = TrainerState(world_size=dist.get_world_size())
         self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
+        self.grad_scaler = None            # a paddle.amp.GradScaler, set by callbacks.AMP; steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._pending_resume: Optional[str] = None
 
@@ -274,7 +275,7 @@ class Trainer:
         self.model_wrapped.train()
         self._loss_sum = paddle.zeros([], dtype="float32")
         self._loss_steps = 0
-        self._log_clock = (time.perf_counter(), self.state.samples_seen)
+        self._log_clock = (time.perf_counter(), self.state.samples_seen, self.state.tokens_seen)
         return loader
 
     def _plan_steps(self) -> None:
@@ -320,6 +321,7 @@ class Trainer:
     def _train_step(self, batches) -> None:
         """One optimizer step over ``state.num_micro_batches`` micro-batches."""
         state = self.state
+        step_start = time.perf_counter()
         self.fire(Event.STEP_BEGIN)
         state.last_data_wait = 0.0
         n = state.num_micro_batches
@@ -336,6 +338,7 @@ class Trainer:
         self._optimizer_step()
         state.step_in_epoch += 1
         self._loss_steps += 1
+        state.last_step_time = time.perf_counter() - step_start
         self.fire(Event.STEP_END)
 
     def _next_batch(self, batches):
@@ -349,6 +352,8 @@ class Trainer:
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
         self.state.samples_seen += _batch_size(batch) * self.world_size
+        if isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
+            self.state.tokens_seen += int(np.prod(batch["input_ids"].shape)) * self.world_size
         return batch
 
     def _sync_context(self, last: bool):
@@ -364,6 +369,9 @@ class Trainer:
             state.grad_norm = self.clip_gradients(self.args.max_grad_norm)
         if state.skip_optimizer_step:
             state.skipped_steps += 1
+        elif self.grad_scaler is not None:
+            self.grad_scaler.step(self.optimizer)  # skips the update on non-finite gradients
+            self.grad_scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.clear_grad()
@@ -405,7 +413,7 @@ class Trainer:
             return
         mean_loss = dist.all_reduce_mean(self._loss_sum / self._loss_steps)
         now = time.perf_counter()
-        t0, samples0 = self._log_clock
+        t0, samples0, tokens0 = self._log_clock
         elapsed = max(now - t0, 1e-9)
         record = {
             "step": state.global_step,
@@ -414,11 +422,13 @@ class Trainer:
             "learning_rate": self.current_lr(),
             "samples_per_second": (state.samples_seen - samples0) / elapsed,
         }
+        if state.tokens_seen > tokens0:
+            record["tokens_per_second"] = (state.tokens_seen - tokens0) / elapsed
         if state.grad_norm is not None:
             record["grad_norm"] = float(state.grad_norm)
         self._loss_sum = paddle.zeros([], dtype="float32")
         self._loss_steps = 0
-        self._log_clock = (now, state.samples_seen)
+        self._log_clock = (now, state.samples_seen, state.tokens_seen)
         self.log(record)
 
     def log(self, record: dict) -> None:
@@ -498,6 +508,13 @@ class Trainer:
         count = int(dist.reduce_scalars([count], op="sum")[0])
         total = dist.all_reduce_sum(loss_sum) if has_loss else None
         return _to_numpy(preds), _to_numpy(labels), (float(total) if total is not None else None), count
+
+    # ---- export ------------------------------------------------------------------
+    def export(self, path: Optional[str] = None, input_spec=None, sample_batch=None) -> str:
+        """Save an inference model with ``paddle.jit.save`` and check it (see ``trainer.export``)."""
+        from .export import export_inference_model
+
+        return export_inference_model(self, path, input_spec=input_spec, sample_batch=sample_batch)
 
     # ---- checkpoints -----------------------------------------------------------
     def save_checkpoint(self, path: Optional[str] = None) -> str:
