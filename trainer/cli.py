@@ -8,6 +8,7 @@
     ptrain run TASK --gpus 0,1,2,3 --ips 10.0.0.1,10.0.0.2   # 2 nodes (run the same line on each)
     ptrain run digits --dry_run                        # resolved arguments and callbacks, no training
     ptrain inspect runs/digits-demo/checkpoints/latest # verify a checkpoint and print its manifest
+    ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
 
 Any ``--field value`` after the task name overrides a TrainingArguments field
 or a task option; recipes are YAML (see trainer/task.py). Errors print one
@@ -52,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rank", type=int, default=None, help="this node's rank (with --nnodes and --master)")
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
+                          description="Classify INPUTs (texts or file paths, as the task takes) with an exported "
+                                      "inference model (OUTPUT_DIR/inference of a finished run).")
+    pred.add_argument("task", help="task name (see ptrain list)")
+    pred.add_argument("inputs", nargs="+", help="inputs: texts or file paths, as the task takes")
+    pred.add_argument("--model", required=True, help="directory of the exported inference model")
+    pred.add_argument("--debug", action="store_true")
     ins = sub.add_parser("inspect", help="verify a checkpoint against its manifest and print it")
     ins.add_argument("checkpoint", help="checkpoint directory (or output_dir/checkpoints/latest)")
     ins.add_argument("--debug", action="store_true")
@@ -71,6 +79,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _cmd_list()
         if ns.command == "inspect":
             return _cmd_inspect(ns.checkpoint)
+        if ns.command == "predict":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
+            return _cmd_predict(ns.task, ns.model, ns.inputs)
         return _cmd_run(ns, extra, argv)
     except TrainerError as exc:
         if debug:
@@ -89,6 +101,19 @@ def _cmd_list() -> int:
         task = get_task(name)
         print(f"{name:<12} {task.description}")
         print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
+    return 0
+
+
+def _cmd_predict(task_name: str, model_dir: str, inputs: List[str]) -> int:
+    from .task import get_task
+
+    task = get_task(task_name)
+    if task.predict is None:
+        raise ConfigError(f"task {task_name} has no predict: it cannot classify raw inputs")
+    if not os.path.isdir(model_dir):
+        raise ConfigError(f"--model {model_dir} does not exist: give the inference directory of a finished run")
+    for row in task.predict(model_dir, inputs):
+        print(json.dumps(row, ensure_ascii=False, sort_keys=True))
     return 0
 
 

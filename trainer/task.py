@@ -51,6 +51,9 @@ class Task:
     build: Callable[[Any, Any], TaskRun]                  # build(options, args) -> TaskRun
     recipes_dir: str
     default_recipe: str = "demo"
+    # predict(model_dir, inputs) -> one dict per input (e.g. {"input": ..., "label": ..., "score": ...});
+    # ``ptrain predict TASK --model DIR INPUT...`` calls it on an exported inference model
+    predict: Optional[Callable[[str, List[str]], List[dict]]] = None
 
     def recipes(self) -> List[str]:
         if not os.path.isdir(self.recipes_dir):
