@@ -5,8 +5,10 @@ optional writers (VisualDL, matplotlib), which load when first used.
 """
 
 from .base import Callback, CallbackList
+from .checkpoint import Checkpoint
 from .defaults import default_callbacks
 from .flow import FlowControl
 from .logger import Rank0Logger
+from .lr_warmup import LRWarmup
 
-__all__ = ["Callback", "CallbackList", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]

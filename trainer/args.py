@@ -200,6 +200,12 @@ _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off"}
 
 
+def coerce_fields(cls: type, values: Mapping[str, Any]) -> dict:
+    """Coerce ``values`` (strings from YAML or the command line) to the types of dataclass ``cls``'s fields."""
+    hints = typing.get_type_hints(cls)
+    return {k: (_convert(k, v, hints[k]) if k in hints else v) for k, v in values.items()}
+
+
 def _convert(name: str, value: Any, hint: Any) -> Any:
     """Coerce ``value`` to the annotated type, raising ConfigError naming the field."""
     origin = typing.get_origin(hint)

@@ -133,7 +133,7 @@ def _cmd_inspect(path: str) -> int:
 
 def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], overrides: List[str]):
     """Task, options and TrainingArguments for a run: recipe < --config < --field overrides."""
-    from .args import TrainingArguments, load_yaml_mapping, parse_overrides
+    from .args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_overrides
     from .task import get_task
 
     task = get_task(task_name)
@@ -154,7 +154,7 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
         if key not in option_names:
             raise ConfigError(f"{recipe_path}: unknown option '{key}' for task {task.name}: options are {', '.join(option_names)}")
     args = TrainingArguments.from_dict(arg_values, source=recipe_path)
-    options = task.options_class(**option_values)
+    options = task.options_class(**coerce_fields(task.options_class, option_values))
     return task, options, args
 
 

@@ -60,6 +60,7 @@ class TrainerState:
     log_history: list = field(default_factory=list)
     best_metric: Optional[float] = None
     best_checkpoint: Optional[str] = None
+    last_checkpoint: Optional[str] = None
     status: str = "idle"          # idle | running | completed | stopped | failed
     # control flags (see the module docstring for reset points)
     should_stop: bool = False

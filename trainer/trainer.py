@@ -523,6 +523,7 @@ class Trainer:
 
         self.fire(Event.SAVE_BEGIN)
         out = save_checkpoint(self, path)
+        self.state.last_checkpoint = out
         self.fire(Event.SAVE_END)
         return out
 

@@ -1,0 +1,59 @@
+"""Helpers for the tests: tiny real datasets and models, free ports, a launcher."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ToyDataset(paddle.io.Dataset):
+    """n samples of 8 features; label = whether the features sum above 0."""
+
+    def __init__(self, n: int = 96, seed: int = 0, features: int = 8):
+        rng = np.random.RandomState(seed)
+        self.x = rng.randn(n, features).astype("float32")
+        self.y = (self.x.sum(1) > 0).astype("int64")
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def make_mlp(seed: int = 0, features: int = 8, hidden: int = 16, classes: int = 2) -> paddle.nn.Layer:
+    paddle.seed(seed)
+    return paddle.nn.Sequential(paddle.nn.Linear(features, hidden), paddle.nn.ReLU(), paddle.nn.Linear(hidden, classes))
+
+
+def params_of(model: paddle.nn.Layer) -> dict:
+    return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script: str, args, nproc: int, log_dir: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``python -m paddle.distributed.launch`` with ``nproc`` CPU processes."""
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+           "--master", f"127.0.0.1:{free_port()}", "--log_dir", log_dir, script, *map(str, args)]
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        logs = ""
+        for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+            if name.startswith("workerlog"):
+                with open(os.path.join(log_dir, name), errors="replace") as f:
+                    logs += f"\n--- {name}\n" + f.read()[-3000:]
+        raise AssertionError(f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}{logs}")
+    return proc

@@ -1,0 +1,87 @@
+"""``ptrain`` end to end, as a user runs it: real subprocesses, real files."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+
+def ptrain(*args, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def test_list_shows_tasks_and_recipes(tmp_path):
+    out = ptrain("list", cwd=tmp_path)
+    assert out.returncode == 0
+    assert "digits" in out.stdout and "recipes: demo" in out.stdout
+
+
+def test_run_digits_writes_results_and_checkpoints(tmp_path):
+    out = ptrain("run", "digits", "--output_dir", "run", "--num_train_epochs", "3", "--disable_tqdm", "true",
+                 cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "completed" and results["test_accuracy"] > 0.8
+    assert "eval_accuracy=" in out.stdout and "run directory:" in out.stdout
+    ckpts = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
+    assert "latest" in ckpts
+    inspect = ptrain("inspect", str(tmp_path / "run" / "checkpoints" / "latest"), cwd=tmp_path)
+    assert inspect.returncode == 0 and "complete" in inspect.stdout
+
+
+def test_dry_run_prints_arguments_and_callbacks_without_training(tmp_path):
+    out = ptrain("run", "digits", "--dry_run", "--output_dir", "dry", "--learning_rate", "0.5", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert '"learning_rate": 0.5' in out.stdout and "on_step_end" in out.stdout
+    assert not (tmp_path / "dry" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["run", "digitz"], 2, "ptrain: error: unknown task 'digitz' (did you mean 'digits'?): known tasks are digits"),
+    (["run", "digits", "--recipe", "nope"], 2, "ptrain: error: unknown recipe 'nope' for task digits: known recipes are demo"),
+    (["run", "digits", "--learning_rate", "-1"], 2, "ptrain: error: learning_rate=-1.0 is not allowed: learning_rate must be a number > 0"),
+    (["run", "digits", "--max_steps", "ten"], 2, "ptrain: error: max_steps='ten' is not allowed: max_steps must be an integer"),
+    (["run", "digits", "--amp", "fp8"], 2, "ptrain: error: amp='fp8' is not allowed: choose one of off, fp16, bf16"),
+    (["run", "digits", "--learning_rat", "0.1"], 2, "did you mean 'learning_rate'?"),
+    (["run", "digits", "--hidden_size", "0"], 2, "ptrain: error: hidden_size=0 is not allowed"),
+    (["run", "digits", "--resume_from_checkpoint", "/nope", "--max_steps", "1"], 2, "resume_from_checkpoint='/nope' does not exist"),
+    (["inspect", "/nope"], 2, "ptrain: error: checkpoint /nope does not exist"),
+])
+def test_bad_input_is_one_line_and_a_documented_exit_code(tmp_path, args, code, message):
+    out = ptrain(*args, cwd=tmp_path)
+    assert out.returncode == code, out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.startswith("ptrain:")]
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_yaml_config_names_file_and_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("learning_rate: 0.1\n  max_steps: 3\n")
+    out = ptrain("run", "digits", "--config", "bad.yaml", cwd=tmp_path)
+    assert out.returncode == 2 and "bad.yaml line 2: YAML does not parse" in out.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    out = ptrain("run", "digits", "--learning_rate", "-1", "--debug", cwd=tmp_path)
+    assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+def test_run_with_two_processes_through_paddle_launch(tmp_path):
+    out = ptrain("run", "digits", "--nproc", "2", "--output_dir", "dp", "--num_train_epochs", "2",
+                 "--save_strategy", "no", "--disable_tqdm", "true", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "paddle.distributed.launch" in out.stderr
+    results = json.loads((tmp_path / "dp" / "results.json").read_text())
+    assert results["status"] == "completed" and results["eval_samples"] == 270
+    assert sorted(f for f in os.listdir(tmp_path / "dp" / "launch_logs") if f.startswith("workerlog")) == ["workerlog.0", "workerlog.1"]
+
+
+def test_import_is_light():
+    code = "import sys, trainer, callbacks; from trainer import Trainer; import callbacks.logger; " \
+           "print('paddlenlp' in sys.modules, 'visualdl' in sys.modules, 'matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.split() == ["False", "False", "False"], out.stderr
