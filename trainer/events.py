@@ -55,7 +55,7 @@ EVENT_TABLE = {
     Event.LOG: ("at logging intervals and after evaluation, once values are reduced across ranks",
                 "state.logs (add figures before the logger, order < 100, writes them)"),
     Event.EPOCH_END: ("after the last step of an epoch", "state.should_evaluate, should_save, should_stop"),
-    Event.EVAL_BEGIN: ("evaluate() starts, model in eval mode", "-"),
+    Event.EVAL_BEGIN: ("evaluate() starts, before the model is put in eval mode", "-"),
     Event.EVAL_STEP_BEGIN: ("before each evaluation batch", "-"),
     Event.EVAL_STEP_END: ("after each evaluation batch", "-"),
     Event.EVAL_END: ("metrics computed and reduced across ranks, in state.metrics", "state.metrics, state.should_stop"),
