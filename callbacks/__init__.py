@@ -10,5 +10,6 @@ from .defaults import default_callbacks
 from .flow import FlowControl
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
+from .early_stopping import EarlyStopping
 
-__all__ = ["LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
