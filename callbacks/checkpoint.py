@@ -7,13 +7,16 @@ owns what happens around it.
 
 Events: ``on_eval_end`` (compare ``args.metric_for_best_model`` with the best
 so far; ``args.greater_is_better`` or the metric's name decides the
-direction), ``on_save_end`` (record ``state.best_checkpoint``; delete
-checkpoints beyond ``args.save_total_limit``, rank 0 only). Options: from
-``trainer.args``. State saved: the step of the best evaluation.
+direction), ``on_save_end`` (record ``state.best_checkpoint``),
+``on_save_begin`` and ``on_fit_end`` (rotate, rank 0 only). Options:
+``best_k`` (keep the best K by the metric, default 1); the rest from
+``trainer.args``. State saved: the best evaluations (step and value).
 
 Rotation keeps the newest ``save_total_limit`` complete checkpoints plus the
-best one; it runs only after a new checkpoint is complete and published, and
-never deletes the newest, so a failed save can never cost a good checkpoint.
+best ``best_k``. It runs only once the newest checkpoint is complete and
+published (before the next save starts, and at the end of fit(), after waiting
+for a background write), and never deletes the newest complete checkpoint, so
+a failed save can never cost a good one.
 """
 
 from __future__ import annotations
@@ -32,37 +35,48 @@ _STEP = re.compile(r"^step-(\d+)$")
 class Checkpoint(Callback):
     order = 200
 
-    def __init__(self):
-        self.best_step = None
+    def __init__(self, best_k: int = 1):
+        self.best_k = best_k
+        self.best = []  # [(value, step)], best first
 
     def on_eval_end(self, trainer):
         name = trainer.args.metric_for_best_model
         if not name or name not in trainer.state.metrics:
             return
-        value = trainer.state.metrics[name]
-        best = trainer.state.best_metric
-        better = trainer.args.greater_is_better_resolved
-        if best is None or (value > best if better else value < best):
-            trainer.state.best_metric = value
-            self.best_step = trainer.state.global_step
+        sign = -1.0 if trainer.args.greater_is_better_resolved else 1.0
+        step = trainer.state.global_step
+        self.best = sorted([b for b in self.best if b[1] != step] + [(trainer.state.metrics[name], step)],
+                           key=lambda b: sign * b[0])[: self.best_k]
+        trainer.state.best_metric = self.best[0][0]
 
     def on_save_end(self, trainer):
         state = trainer.state
-        if self.best_step == state.global_step and state.last_checkpoint:
+        if self.best and self.best[0][1] == state.global_step and state.last_checkpoint:
             state.best_checkpoint = state.last_checkpoint
+
+    def on_save_begin(self, trainer):
+        self._rotate_published(trainer)
+
+    def on_fit_end(self, trainer):
+        if trainer.state.status != "failed":
+            self._rotate_published(trainer)
+
+    def _rotate_published(self, trainer):
+        if not (trainer.is_main_process and trainer.args.save_total_limit):
+            return
+        trainer.wait_for_checkpoint()  # the newest must be complete before anything older goes
         root = os.path.join(trainer.args.output_dir, "checkpoints")
-        standard = os.path.dirname(os.path.abspath(state.last_checkpoint or "")) == os.path.abspath(root)
-        if trainer.is_main_process and trainer.args.save_total_limit and standard:
-            self.rotate(root, trainer.args.save_total_limit, state.best_checkpoint)
+        if os.path.isdir(root):
+            keep = [f"step-{step}" for _, step in self.best]
+            self.rotate(root, trainer.args.save_total_limit, keep)
 
     @staticmethod
-    def rotate(root: str, keep_last: int, best: str = None) -> list:
-        """Delete complete checkpoints older than the newest ``keep_last`` (never ``best``); return the deleted."""
+    def rotate(root: str, keep_last: int, keep=()) -> list:
+        """Delete complete checkpoints older than the newest ``keep_last``, except the names in ``keep``;
+        return the deleted names."""
         steps = sorted((int(m.group(1)), name) for name in os.listdir(root)
                        if (m := _STEP.match(name)) and os.path.isfile(os.path.join(root, name, "manifest.json")))
-        keep = {name for _, name in steps[-keep_last:]}
-        if best:
-            keep.add(os.path.basename(best.rstrip("/")))
+        keep = {name for _, name in steps[-keep_last:]} | set(keep)
         deleted = []
         for _, name in steps[:-1]:  # the newest is never deleted
             if name not in keep:
@@ -75,7 +89,7 @@ class Checkpoint(Callback):
         return deleted
 
     def state_dict(self):
-        return {"best_step": self.best_step}
+        return {"best": [[value, step] for value, step in self.best]}
 
     def load_state_dict(self, state):
-        self.best_step = state.get("best_step")
+        self.best = [(value, step) for value, step in state.get("best", [])]

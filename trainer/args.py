@@ -83,6 +83,7 @@ class TrainingArguments:
     save_total_limit: Optional[int] = field(default=None, metadata={"help": "keep at most this many recent checkpoints; None = all"})
     metric_for_best_model: Optional[str] = field(default=None, metadata={"help": "evaluation metric that ranks checkpoints, e.g. eval_accuracy"})
     greater_is_better: Optional[bool] = field(default=None, metadata={"help": "whether a larger metric_for_best_model is better (default: not for *loss)"})
+    save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or 'auto' for the latest in output_dir"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu"})

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
+import threading
 import time
 from typing import Dict, Optional, Tuple
 
@@ -33,6 +35,7 @@ from safetensors.numpy import save_file as np_save_file
 from . import distributed as dist
 from .errors import ConfigError, DataError
 
+logger = logging.getLogger("trainer.checkpoint")
 FORMAT_VERSION = 1
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -156,55 +159,128 @@ def _write_json(path: str, value) -> None:
         json.dump(value, f, indent=1, sort_keys=True)
 
 
-def save_checkpoint(trainer, path: Optional[str] = None) -> str:
-    """Write the trainer's complete state; rank 0 writes, every rank waits."""
-    state = trainer.state
-    root = checkpoints_dir(trainer.args.output_dir)
-    final = path or os.path.join(root, f"step-{state.global_step}")
-    dist.barrier()
-    if dist.is_main_process():
-        _write_checkpoint(trainer, final)
-        if path is None:
-            _publish_latest(root, os.path.basename(final))
-    dist.barrier()
+class CheckpointWriter:
+    """Writes checkpoints in one background thread, one at a time.
+
+    ``submit`` waits for the previous write first, so at most one save is in
+    flight. An error in the writer is kept and raised (as TrainingError) by the
+    next ``wait`` or ``raise_if_failed``: training stops with it, never silently.
+    """
+
+    def __init__(self):
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def submit(self, job, background: bool) -> None:
+        self.wait()
+        if not background:
+            job()
+            return
+        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self, job) -> None:
+        try:
+            job()
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+            self._error = exc
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            from .errors import TrainingError
+
+            raise TrainingError(f"saving a checkpoint failed: {type(error).__name__}: {error}") from error
+
+
+def snapshot(trainer) -> dict:
+    """Copy everything a checkpoint holds to host memory (the only part that runs at the step).
+
+    A collective: every rank must call it. Rank-local state (RNG) of every
+    rank is gathered to rank 0; the rest is replicated and taken from rank 0.
+    """
+    rank_states = _gather_json(rng_state())
+    if not dist.is_main_process():
+        return {}
+    model = trainer.model
+    names = _param_name_map(model)
+    opt_tensors, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names)
+    scheduler = trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None
+    return {
+        "model": {k: _to_numpy(v) for k, v in model.state_dict().items()},
+        "optimizer": opt_tensors,
+        "meta": {
+            "format_version": FORMAT_VERSION,
+            "optimizer_scalars": _plain(opt_scalars),
+            "lr_scheduler": _plain(scheduler),
+            "state": trainer.state.state_dict(),
+            "callbacks": _plain(trainer.callbacks.state_dict()),
+            "rng_per_rank": rank_states,
+            "args": trainer.args.to_dict(),
+            "world_size": trainer.world_size,
+        },
+        "step": trainer.state.global_step,
+    }
+
+
+def _gather_json(value) -> list:
+    """Every rank's JSON-able ``value``, in rank order (on every rank)."""
+    if not dist.is_distributed():
+        return [value]
+    data = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+    local = paddle.to_tensor(data.astype("int32")).reshape([1, -1])
+    sizes = _gather_sizes(local.shape[1])
+    padded = paddle.concat([local, paddle.zeros([1, max(sizes) - local.shape[1]], dtype="int32")], axis=1) \
+        if local.shape[1] < max(sizes) else local
+    rows = dist.all_gather_uneven(padded).numpy()
+    return [json.loads(bytes(row[:n].astype(np.uint8)).decode("utf-8")) for row, n in zip(rows, sizes)]
+
+
+def _gather_sizes(n: int) -> list:
+    t = dist.all_gather_uneven(paddle.to_tensor([n], dtype="int64"))
+    return [int(v) for v in t.numpy()]
+
+
+def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
+    """Write a snapshot into ``final`` (complete or not at all); then move ``latest``."""
+    _write_checkpoint(snap, final)
+    if publish_root is not None:
+        _publish_latest(publish_root, os.path.basename(final))
     return final
 
 
-def _write_checkpoint(trainer, final: str) -> None:
+def _write_checkpoint(snap: dict, final: str) -> None:
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".tmp-{os.path.basename(final)}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        model = trainer.model
-        names = _param_name_map(model)
-        np_save_file({k: _to_numpy(v) for k, v in model.state_dict().items()}, os.path.join(tmp, "model.safetensors"))
-        opt_tensors, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names)
-        np_save_file(opt_tensors, os.path.join(tmp, "optimizer.safetensors"))
-        scheduler = trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None
-        _write_json(os.path.join(tmp, "trainer.json"), {
-            "format_version": FORMAT_VERSION,
-            "optimizer_scalars": _plain(opt_scalars),
-            "lr_scheduler": _plain(scheduler),
-            "state": trainer.state.state_dict(),
-            "callbacks": _plain(trainer.callbacks.state_dict()),
-            "rng": rng_state(),
-            "args": trainer.args.to_dict(),
-            "world_size": trainer.world_size,
-        })
+        np_save_file(snap["model"], os.path.join(tmp, "model.safetensors"))
+        np_save_file(snap["optimizer"], os.path.join(tmp, "optimizer.safetensors"))
+        _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
             full = os.path.join(tmp, name)
             _fsync_file(full)
             files[name] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
         _write_json(os.path.join(tmp, MANIFEST), {
-            "format_version": FORMAT_VERSION, "step": trainer.state.global_step, "time": time.time(),
-            "paddle": paddle.__version__, "files": files})
+            "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(),
+            "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
         _fsync_file(os.path.join(tmp, MANIFEST))
         _fsync_dir(tmp)
-        if os.path.exists(final):  # re-saving the same step: swap atomically enough
-            old = final + f".old-{os.getpid()}"
+        if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
+            old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
             os.rename(final, old)
             os.rename(tmp, final)
             shutil.rmtree(old, ignore_errors=True)
@@ -214,6 +290,29 @@ def _write_checkpoint(trainer, final: str) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def remove_stale_temporaries(root: str) -> None:
+    """Delete ``.tmp-*``/``.old-*``/``.deleting-*`` left by a process that died mid-save (rank 0, before a save)."""
+    if not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if name.startswith((".tmp-", ".old-", ".deleting-")):
+            pid = name.rsplit("-", 1)[-1]
+            if name.startswith(".deleting-") or not (pid.isdigit() and _alive(int(pid))):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _publish_latest(root: str, name: str) -> None:
@@ -242,17 +341,49 @@ def _plain(value):
 
 
 # ---- reading ---------------------------------------------------------------------------
+def list_checkpoints(output_dir: str) -> list:
+    """``step-N`` directories under output_dir/checkpoints, newest first."""
+    root = checkpoints_dir(output_dir)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        if name.startswith("step-") and name[5:].isdigit() and os.path.isdir(os.path.join(root, name)):
+            found.append((int(name[5:]), os.path.join(root, name)))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
 def resolve(path: str, output_dir: str) -> Optional[str]:
-    """A checkpoint directory from ``path`` (``auto`` = latest complete in output_dir, or None)."""
-    if path == "auto":
-        pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
-        if not os.path.isfile(pointer):
-            return None
+    """The checkpoint to resume from.
+
+    ``auto``: the newest checkpoint in output_dir whose manifest verifies (the
+    one ``latest`` names first); partial or corrupt ones are skipped with a
+    warning naming them and why; None when there is none (start fresh). An
+    explicit path must exist and verify, else a clear error.
+    """
+    if path != "auto":
+        if not os.path.isdir(path):
+            raise ConfigError(f"resume_from_checkpoint={path!r} does not exist: give a checkpoint directory or 'auto'")
+        verify(path)
+        return path
+    candidates = list_checkpoints(output_dir)
+    pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
+    if os.path.isfile(pointer):
         with open(pointer, encoding="utf-8") as f:
-            return os.path.join(checkpoints_dir(output_dir), f.read().strip())
-    if not os.path.isdir(path):
-        raise ConfigError(f"resume_from_checkpoint={path!r} does not exist: give a checkpoint directory or 'auto'")
-    return path
+            named = os.path.join(checkpoints_dir(output_dir), f.read().strip())
+        if named in candidates:
+            candidates.remove(named)
+            candidates.insert(0, named)
+        elif dist.is_main_process():
+            logger.warning("checkpoints/latest names %s, which does not exist; looking for others", named)
+    for candidate in candidates:
+        try:
+            verify(candidate)
+            return candidate
+        except DataError as exc:
+            if dist.is_main_process():
+                logger.warning("skipping checkpoint %s: %s", candidate, exc)
+    return None
 
 
 def verify(path: str) -> dict:
@@ -260,9 +391,17 @@ def verify(path: str) -> dict:
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
         raise DataError(f"{path} has no {MANIFEST}: it is not a complete checkpoint")
-    with open(manifest_path, encoding="utf-8") as f:
-        manifest = json.load(f)
-    for name, meta in manifest["files"].items():
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        files = manifest["files"]
+        if not isinstance(files, dict) or not {"model.safetensors", "trainer.json"} <= set(files):
+            raise ValueError("it lists no model.safetensors or trainer.json")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
+    for name, meta in files.items():
+        if os.path.basename(name) != name:
+            raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
         full = os.path.join(path, name)
         if not os.path.isfile(full) or os.path.getsize(full) != meta["bytes"] or _sha256(full) != meta["sha256"]:
             raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
@@ -270,13 +409,13 @@ def verify(path: str) -> dict:
 
 
 def load_checkpoint(trainer, path: str) -> Optional[str]:
-    """Restore everything :func:`save_checkpoint` wrote. ``auto`` with no checkpoint is a no-op."""
+    """Restore everything :func:`snapshot` took. ``auto`` with no checkpoint is a no-op (returns None)."""
     resolved = resolve(path, trainer.args.output_dir)
     if resolved is None:
         return None
-    verify(resolved)
     with open(os.path.join(resolved, "trainer.json"), encoding="utf-8") as f:
         meta = json.load(f)
+    adapt_to_world_size(trainer, meta)
     model_state = np_load_file(os.path.join(resolved, "model.safetensors"))
     own = trainer.model.state_dict()
     missing = sorted(set(own) - set(model_state))
@@ -296,9 +435,40 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
     trainer.state.load_state_dict(meta["state"])
     unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
     if unclaimed and dist.is_main_process():
-        import logging
-
-        logging.getLogger("trainer").warning(
+        logger.warning(
             "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
-    set_rng_state(meta["rng"])
+    states = meta["rng_per_rank"]
+    rank = dist.get_rank()
+    if meta["world_size"] == dist.get_world_size():
+        set_rng_state(states[rank])
     return resolved
+
+
+def adapt_to_world_size(trainer, meta: dict) -> None:
+    """Resuming on another number of processes keeps the global batch through accumulation.
+
+    The epoch's sample order is the permutation ``RandomState(data_seed + epoch)``
+    of the dataset padded to a multiple of the world size, consumed ``global
+    batch`` samples per optimizer step; with the same global batch the resumed
+    run continues at the same sample offset. (When the dataset length does not
+    divide by both world sizes the padding differs, so the rest of that epoch's
+    order may differ; later epochs are complete permutations again.)
+    """
+    old_ws, new_ws = int(meta["world_size"]), trainer.world_size
+    if old_ws == new_ws:
+        return
+    saved = meta["args"]
+    old_global = saved["per_device_train_batch_size"] * saved["gradient_accumulation_steps"] * old_ws
+    per_step = trainer.args.per_device_train_batch_size * new_ws
+    if old_global % per_step:
+        options = [b for b in range(1, old_global + 1) if old_global % (b * new_ws) == 0]
+        raise ConfigError(
+            f"checkpoint was written by {old_ws} processes with a global batch of {old_global}; on {new_ws} processes "
+            f"per_device_train_batch_size={trainer.args.per_device_train_batch_size} cannot reach it by accumulation: "
+            f"use per_device_train_batch_size in {options[-6:]} or {old_ws} processes")
+    accumulation = old_global // per_step
+    if accumulation != trainer.args.gradient_accumulation_steps and dist.is_main_process():
+        logger.warning("resuming a %d-process checkpoint on %d processes: gradient_accumulation_steps %d -> %d keeps "
+                       "the global batch at %d", old_ws, new_ws, trainer.args.gradient_accumulation_steps,
+                       accumulation, old_global)
+    trainer.args.gradient_accumulation_steps = accumulation

@@ -28,7 +28,8 @@ from callbacks.defaults import default_callbacks
 
 from . import distributed as dist
 from .args import TrainingArguments
-from .data import ResumableDistributedBatchSampler, ShardedEvalSampler, dataset_length, make_loader
+from .checkpoint_io import CheckpointWriter
+from .data import ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, dataset_length, make_loader
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .schedules import build_scheduler
@@ -99,6 +100,8 @@ class Trainer:
         self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
         self.grad_scaler = None            # a paddle.amp.GradScaler, set by callbacks.AMP; steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
+        self._seeded_train: Optional[SeededDataset] = None
+        self._writer = CheckpointWriter()
         self._pending_resume: Optional[str] = None
 
     # ---- public facts --------------------------------------------------------
@@ -137,7 +140,11 @@ class Trainer:
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
                             f"dataloader_drop_last: lower per_device_train_batch_size or set --dataloader_drop_last false")
-        return make_loader(self.train_dataset, self._train_sampler, self.collate_fn, self.args.dataloader_num_workers)
+        dataset = self.train_dataset
+        if self.args.dataloader_num_workers > 0:
+            # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
+            dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
+        return make_loader(dataset, self._train_sampler, self.collate_fn, self.args.dataloader_num_workers)
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
         n = dataset_length(dataset, "evaluation")
@@ -242,19 +249,26 @@ class Trainer:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)
             self._train_loop(loader)
-            state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
+            self.wait_for_checkpoint()
+            if state.status == "running":
+                state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
         except BaseException as exc:
             state.status, state.error = "failed", exc
-            self._fire_quietly(Event.EXCEPTION)
+            self._quietly(self.wait_for_checkpoint)
+            self._quietly(lambda: self.fire(Event.EXCEPTION))
             raise
         finally:
-            self._fire_quietly(Event.FIT_END) if state.status == "failed" else self.fire(Event.FIT_END)
+            if state.status == "failed":
+                self._quietly(lambda: self.fire(Event.FIT_END))
+            else:
+                self.fire(Event.FIT_END)
         return state
 
-    def _fire_quietly(self, event: Event) -> None:
-        """Fire during error handling: a second error is logged, the first one surfaces."""
+    @staticmethod
+    def _quietly(action) -> None:
+        """Run during error handling: a second error is logged, the first one surfaces."""
         try:
-            self.fire(event)
+            action()
         except Exception as exc:  # noqa: BLE001 - the original error must win
             logger.error("while handling a failure: %s", exc)
 
@@ -299,6 +313,8 @@ class Trainer:
             state.epoch = epoch
             state.step_in_epoch = start_step if epoch == start_epoch else 0
             self._train_sampler.set_epoch(epoch, start_batch=state.step_in_epoch * self.args.gradient_accumulation_steps)
+            if self._seeded_train is not None:
+                self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
             self._train_epoch(iter(loader))
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
@@ -394,6 +410,7 @@ class Trainer:
 
     def _act_on_flags(self) -> None:
         """Log, evaluate, save, in that order, as the callbacks asked; then clear the flags."""
+        self._writer.raise_if_failed()  # a failed background save stops training here
         state = self.state
         if state.should_log:
             state.should_log = False
@@ -518,14 +535,32 @@ class Trainer:
 
     # ---- checkpoints -----------------------------------------------------------
     def save_checkpoint(self, path: Optional[str] = None) -> str:
-        """Write a complete checkpoint (see ``trainer.checkpoint_io``); returns its directory."""
-        from .checkpoint_io import save_checkpoint
+        """Save a complete checkpoint; returns its directory (every rank must call it).
+
+        The state is copied to host memory now; the files are written by a
+        background thread when ``args.save_async`` (the next save, the end of
+        fit() and :meth:`wait_for_checkpoint` wait for it), else before this
+        returns. Without ``path`` it goes to ``output_dir/checkpoints/step-N``
+        and moves ``checkpoints/latest`` once complete.
+        """
+        from . import checkpoint_io as ckpt
 
         self.fire(Event.SAVE_BEGIN)
-        out = save_checkpoint(self, path)
-        self.state.last_checkpoint = out
+        root = ckpt.checkpoints_dir(self.args.output_dir)
+        final = path or os.path.join(root, f"step-{self.state.global_step}")
+        snap = ckpt.snapshot(self)
+        if self.is_main_process:
+            self._writer.wait()
+            ckpt.remove_stale_temporaries(root)
+            self._writer.submit(lambda: ckpt.write_snapshot(snap, final, None if path else root),
+                                background=self.args.save_async)
+        self.state.last_checkpoint = final
         self.fire(Event.SAVE_END)
-        return out
+        return final
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the checkpoint being written is complete; raise its error if it failed."""
+        self._writer.wait()
 
     def load_checkpoint(self, path: str) -> None:
         """Restore model, optimizer, scheduler, state, callbacks and RNG from ``path``

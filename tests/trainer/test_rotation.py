@@ -13,7 +13,6 @@ def test_rotation_keeps_newest_and_best(tmp_path):
 
     class Fixed(Trainer):
         def evaluate(self, eval_dataset=None, metric_key_prefix="eval"):
-            self.fire_eval = True
             from trainer import Event
 
             self.fire(Event.EVAL_BEGIN)
