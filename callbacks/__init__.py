@@ -11,5 +11,6 @@ from .flow import FlowControl
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
 from .early_stopping import EarlyStopping
+from .export import Export
 
-__all__ = ["EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]

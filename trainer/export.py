@@ -230,7 +230,13 @@ def export_model(model: paddle.nn.Layer, path: str, input_spec: Optional[Sequenc
     was_training = model.training
     model.eval()
     try:
-        paddle.jit.save(model, os.path.join(tmp, PREFIX), input_spec=list(input_spec))
+        try:
+            paddle.jit.save(model, os.path.join(tmp, PREFIX), input_spec=list(input_spec))
+        except Exception as exc:  # paddle raises TypeError/ValueError/RuntimeError from its converter
+            last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+            raise TrainingError(f"paddle.jit.save could not convert {type(model).__name__}.forward with input_spec "
+                                f"{[getattr(s, 'name', s) for s in input_spec]}: {last}; give input_spec=[...] that "
+                                "matches forward, or make forward convertible (see paddle.jit.to_static)") from exc
         with paddle.no_grad():
             raw = model(*sample_inputs)
         expected = [t.numpy() for t in _tensors(raw)]

@@ -1,0 +1,54 @@
+"""Export: at the end of training, write a checked inference model.
+
+Events: ``on_fit_end`` (when ``state.status`` is ``completed`` or ``stopped``;
+a failed run exports nothing). Only the main process exports; the other
+ranks do nothing.
+
+What it does: ``trainer.export.export_for_trainer``: ``paddle.jit.save`` the
+model, load the files with ``paddle.inference``, run both on a sample batch and
+raise ``TrainingError`` (surfacing from ``fit()`` as a CallbackError) when the
+outputs differ beyond ``rtol``/``atol``; the export is published only when it
+matches. The result (path, files, inputs, outputs, max abs difference) is
+``self.result`` and ``PATH/export.json``.
+
+Options:
+
+- ``path``: export directory (default ``output_dir/inference``; files
+  ``model.json``, ``model.pdiparams``, ``export.json``).
+- ``input_spec``: list of ``paddle.static.InputSpec`` in ``model.forward``'s
+  order; default: read off a sample batch, with a dynamic batch dimension.
+- ``sample_batch``: the batch to check with (default: the first samples of
+  ``eval_dataset``, else ``train_dataset``).
+- ``rtol``, ``atol``: the tolerance of the check (defaults 1e-5).
+
+State saved: none.
+
+    >>> Export(path="out/inference").path
+    'out/inference'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from trainer.export import ExportResult, export_for_trainer
+
+from .base import Callback
+
+
+class Export(Callback):
+    order = 300  # last: after the loggers and the checkpoint callback have finished their on_fit_end
+
+    def __init__(self, path: Optional[str] = None, input_spec: Optional[Sequence[Any]] = None,
+                 sample_batch: Any = None, rtol: float = 1e-5, atol: float = 1e-5):
+        self.path = path
+        self.input_spec = input_spec
+        self.sample_batch = sample_batch
+        self.rtol, self.atol = rtol, atol
+        self.result: Optional[ExportResult] = None
+
+    def on_fit_end(self, trainer):
+        if trainer.state.status not in ("completed", "stopped") or not trainer.is_main_process:
+            return
+        self.result = export_for_trainer(trainer, self.path, input_spec=self.input_spec,
+                                         sample_batch=self.sample_batch, rtol=self.rtol, atol=self.atol)
