@@ -8,9 +8,10 @@ from .base import Callback, CallbackList
 from .checkpoint import Checkpoint
 from .defaults import default_callbacks
 from .flow import FlowControl
+from .gpu_monitor import GPUUtilizationMonitor
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
 from .early_stopping import EarlyStopping
 from .export import Export
 
-__all__ = ["Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["GPUUtilizationMonitor", "Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]

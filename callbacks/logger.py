@@ -1,28 +1,89 @@
-"""Rank0Logger: progress bar, metrics.jsonl and VisualDL scalars, on rank 0 only.
+"""Rank0Logger: progress bar, metrics.jsonl, VisualDL scalars and a PNG of the
+curves, written by the main process only.
 
-Events: ``on_fit_begin`` (open outputs), ``on_step_end`` (advance the bar: no
-device sync), ``on_log`` (write the record the trainer reduced across ranks),
-``on_fit_end`` (close). Options:
+Events:
 
-- ``report_to``: any of ``tqdm`` (progress bar with loss, lr and samples/s),
-  ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
-  ``visualdl`` (scalars under ``output_dir/visualdl``; view with
-  ``visualdl --logdir OUTPUT_DIR/visualdl``), ``png`` (loss and metric curves in
-  ``output_dir/curves.png`` at the end). Default: ``args.report_to``.
-- ``print_logs``: also print each record as one line (default: when there is no bar).
+- ``on_fit_begin``: open the outputs (rank 0).
+- ``on_step_end``: advance the progress bar by one step. Host counters only:
+  no tensor is read, so there is no device-to-host sync between logging steps.
+- ``on_log``: write ``trainer.state.logs`` as it stands after every callback
+  of lower ``order`` has added to it. The trainer has already reduced the loss
+  across ranks and added ``step``, ``epoch``, ``loss``, ``learning_rate``,
+  ``samples_per_second``, ``tokens_per_second`` (batches with ``input_ids``)
+  and ``grad_norm`` (clipping on); monitors add theirs (``loss_scale``,
+  ``gpu0_util``, ``data_wait_share``, ...). Evaluation records
+  (``trainer.log({...eval metrics})`` after ``evaluate()``) come here too.
+- ``on_fit_end``: close the outputs and draw the PNG.
 
-State saved: none. Only the main process writes: under N processes there is
-exactly one metrics.jsonl and one VisualDL record.
+Options:
+
+- ``report_to``: any of ``tqdm`` (progress bar: step/total, loss, lr, samples/s,
+  ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
+  ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
+  ``visualdl --logdir OUTPUT_DIR``), ``png`` (``output_dir/curves.png``: loss and
+  evaluation metrics against the step, drawn at the end of ``fit()``).
+  Default: ``args.report_to``; ``args.disable_tqdm`` drops the bar.
+- ``print_logs``: also print each record as one line (default: only when there
+  is no bar; evaluation records are always printed).
+
+VisualDL tags: ``eval_<m>`` -> ``eval/<m>``, ``test_<m>`` -> ``test/<m>``,
+hardware and data-loading figures (``gpu*``, ``cpu_*``, ``rss_*``,
+``data_wait_*``) -> ``system/<key>``, a key that already holds a ``/`` is used
+as is, everything else -> ``train/<key>``. ``step`` is the x axis; ``epoch``
+and ``*_samples`` counts go to metrics.jsonl only. Only scalar numbers reach
+VisualDL: **no hparams record is ever written**. With the pinned set
+(visualdl 2.5.3, protobuf 7.36) ``LogWriter.add_hparams`` raises on any boolean
+value (``TypeError: Field visualdl.Record.HParam.HparamInfo.int_value: Expected
+an int, got a boolean``: visualdl files a bool as an int, recent protobuf
+refuses it), which is how PaddleNLP's trainer crashes at train start when it
+logs its arguments. This logger only calls ``LogWriter.add_scalar`` (plus the
+meta record ``LogWriter`` writes itself), which works with the pinned set. Keep
+it that way: run arguments belong in the checkpoint's ``trainer.json``, not in
+VisualDL hparams.
+
+metrics.jsonl: one record per line, keys sorted; values that are not finite
+(a NaN loss) are written as ``null`` so every line is strict JSON.
+
+One history per output_dir. A fresh run (``global_step == 0``) starts
+metrics.jsonl anew. A resumed run (or a second ``fit()`` of the same trainer)
+rewrites it from ``trainer.state.log_history`` (restored from the checkpoint)
+up to the current step, dropping the records of an abandoned continuation, then
+appends. VisualDL shows only the newest record file of a directory, so each
+``fit()`` writes a new ``vdlrecords.<time>.log`` (named to sort after, and never
+to overwrite, an older one), replays the same history into it (at the replay's
+wall time) and then deletes the older record files it superseded.
+
+Records logged outside ``fit()`` (``trainer.evaluate()`` after training) are
+appended to metrics.jsonl and printed; VisualDL scalars are written during
+``fit()`` only (the next ``fit()`` replays them from the history).
+
+State saved: none (the history comes from ``trainer.state.log_history``, which
+the checkpoint carries). Only the main process writes: under N processes there
+is exactly one metrics.jsonl and one VisualDL record per ``fit()``.
+
+Example::
+
+    >>> logger = Rank0Logger(report_to=["jsonl", "png"])
+    >>> logger.tag_for("eval_accuracy"), logger.tag_for("loss"), logger.tag_for("gpu0_util")
+    ('eval/accuracy', 'train/loss', 'system/gpu0_util')
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import math
+import numbers
 import os
+import re
 import sys
-from typing import Iterable, Optional
+import time
+from typing import Iterable, List, Optional
 
 from .base import Callback
+
+SYSTEM_PREFIXES = ("gpu", "cpu_", "rss_", "data_wait_")
+_NOT_CURVES = ("step", "epoch")
 
 
 class Rank0Logger(Callback):
@@ -32,71 +93,167 @@ class Rank0Logger(Callback):
         self.report_to = list(report_to) if report_to is not None else None
         self.print_logs = print_logs
         self._bar = self._jsonl = self._vdl = None
-        self._history = []
+        self._in_fit = False
 
-    def _outputs(self, trainer):
+    # ---- configuration ---------------------------------------------------
+    def _outputs(self, trainer) -> List[str]:
         outs = self.report_to if self.report_to is not None else list(trainer.args.report_to)
-        if trainer.args.disable_tqdm and "tqdm" in outs:
+        if trainer.args.disable_tqdm:
             outs = [o for o in outs if o != "tqdm"]
         return outs
 
+    @staticmethod
+    def tag_for(key: str) -> str:
+        """The VisualDL tag of a record key (see the module docstring)."""
+        if "/" in key:
+            return key
+        for prefix in ("eval_", "test_"):
+            if key.startswith(prefix):
+                return prefix[:-1] + "/" + key[len(prefix):]
+        if key.startswith(SYSTEM_PREFIXES):
+            return "system/" + key
+        return "train/" + key
+
+    # ---- events ------------------------------------------------------------
     def on_fit_begin(self, trainer):
         if not trainer.is_main_process:
             return
+        self._in_fit = True
         outs, out_dir = self._outputs(trainer), trainer.args.output_dir
         os.makedirs(out_dir, exist_ok=True)
+        step = trainer.state.global_step
+        history = [{k: _plain(v) for k, v in r.items()} for r in trainer.state.log_history
+                   if step > 0 and int(r.get("step") or 0) <= step]
+        if "jsonl" in outs:
+            self._jsonl = _start_jsonl(os.path.join(out_dir, "metrics.jsonl"), history)
+        if "visualdl" in outs:
+            self._vdl = self._start_visualdl(os.path.join(out_dir, "visualdl"), history)
         if "tqdm" in outs:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=trainer.state.max_steps, initial=trainer.state.global_step,
-                             desc="train", dynamic_ncols=True, file=sys.stderr)
-        if "jsonl" in outs:
-            self._jsonl = open(os.path.join(out_dir, "metrics.jsonl"), "a", encoding="utf-8")
-        if "visualdl" in outs:
-            from visualdl import LogWriter
-
-            self._vdl = LogWriter(logdir=os.path.join(out_dir, "visualdl"))
+                             desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
 
     def on_step_end(self, trainer):
+        # host counter only: the loss stays on the device until the next log
         if self._bar is not None:
             self._bar.update(1)
 
     def on_log(self, trainer):
         if not trainer.is_main_process:
             return
-        record = dict(trainer.state.logs)
-        self._history.append(record)
-        step = int(record.get("step", trainer.state.global_step))
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
-            self._jsonl.flush()
+        record = {k: _plain(v) for k, v in trainer.state.logs.items()}
+        step = int(record.get("step") or trainer.state.global_step)
+        if self._in_fit:
+            self._write_jsonl(self._jsonl, record)
+        elif "jsonl" in self._outputs(trainer):  # e.g. evaluate() after fit()
+            path = os.path.join(trainer.args.output_dir, "metrics.jsonl")
+            os.makedirs(trainer.args.output_dir, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                self._write_jsonl(f, record)
         if self._vdl is not None:
-            for key, value in record.items():
-                if key not in ("step", "epoch") and isinstance(value, (int, float)):
-                    tag = key.replace("eval_", "eval/", 1) if key.startswith("eval_") else f"train/{key}"
-                    self._vdl.add_scalar(tag=tag, value=float(value), step=step)
+            self._write_scalars(record, step)
         if self._bar is not None and "loss" in record:
-            self._bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record.get('learning_rate', 0):.2e}",
-                                  sps=f"{record.get('samples_per_second', 0):.0f}", refresh=False)
+            post = {"loss": _fmt(record["loss"])}
+            if _is_number(record.get("learning_rate")):
+                post["lr"] = f"{record['learning_rate']:.2e}"
+            if _is_number(record.get("samples_per_second")):
+                post["samples/s"] = f"{record['samples_per_second']:.1f}"
+            self._bar.set_postfix(post, refresh=True)
+        is_eval = any(k.startswith(("eval_", "test_")) for k in record)
         printing = self.print_logs if self.print_logs is not None else self._bar is None
-        if printing or any(k.startswith(("eval_", "test_")) for k in record):
+        if printing or is_eval:
             line = " ".join(f"{k}={_fmt(v)}" for k, v in record.items())
             (self._bar.write if self._bar is not None else print)(line)
 
     def on_fit_end(self, trainer):
         if not trainer.is_main_process:
             return
-        if self._bar is not None:
-            self._bar.close()
-        if self._jsonl is not None:
-            self._jsonl.close()
-        if self._vdl is not None:
-            self._vdl.close()
+        self._in_fit = False
+        bar, jsonl, vdl = self._bar, self._jsonl, self._vdl
         self._bar = self._jsonl = self._vdl = None
-        if "png" in self._outputs(trainer) and self._history:
+        if bar is not None:
+            bar.close()
+        if jsonl is not None:
+            jsonl.close()
+        if vdl is not None:
+            vdl.close()
+        if "png" in self._outputs(trainer) and trainer.state.log_history:
             from .plots import plot_curves
 
-            plot_curves(self._history, os.path.join(trainer.args.output_dir, "curves.png"))
+            plot_curves(trainer.state.log_history, os.path.join(trainer.args.output_dir, "curves.png"))
+
+    # ---- helpers -------------------------------------------------------------
+    @staticmethod
+    def _write_jsonl(f, record: dict) -> None:
+        if f is None:
+            return
+        f.write(json.dumps(_strict(record), sort_keys=True) + "\n")
+        f.flush()
+
+    def _write_scalars(self, record: dict, step: int) -> None:
+        for key, value in record.items():
+            if key in _NOT_CURVES or key.endswith("_samples") or not _is_number(value):
+                continue
+            if math.isfinite(value):  # VisualDL would draw inf/nan as spikes to a fake value
+                self._vdl.add_scalar(tag=self.tag_for(key), value=float(value), step=step)
+
+    def _start_visualdl(self, logdir: str, history: List[dict]):
+        """A new record file that sorts after the older ones, holding ``history``;
+        then the older files (VisualDL would not show them) are removed."""
+        from visualdl import LogWriter  # scalars only: see the module docstring on hparams
+
+        os.makedirs(logdir, exist_ok=True)
+        older = {}
+        for path in glob.glob(os.path.join(logdir, "vdlrecords.*")):
+            m = re.match(r"vdlrecords\.(\d+)", os.path.basename(path))
+            older[path] = int(m.group(1)) if m else 0
+        stamp = max([int(time.time())] + [t + 1 for t in older.values()])
+        self._vdl = LogWriter(logdir=logdir, flush_secs=10, file_name=f"vdlrecords.{stamp:010d}.log")
+        for record in history:
+            self._write_scalars(record, int(record.get("step") or 0))
+        self._vdl.flush()
+        for path in older:
+            os.remove(path)
+        return self._vdl
+
+
+def _start_jsonl(path: str, history: List[dict]):
+    """metrics.jsonl for this fit(): ``history`` written atomically, open for appending."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in history:
+            Rank0Logger._write_jsonl(f, record)
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return open(path, "a", encoding="utf-8")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _plain(value):
+    """Host Python values: numpy scalars and 0-d tensors become floats/ints (a
+    sync only for a tensor, and only at log time)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if hasattr(value, "item") and getattr(value, "size", 1) == 1:
+        return value.item()
+    return value
+
+
+def _strict(value):
+    """Strict JSON: non-finite floats -> None; unknown objects -> str."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    return str(value)
 
 
 def _fmt(value) -> str:

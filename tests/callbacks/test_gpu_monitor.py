@@ -1,0 +1,242 @@
+"""GPUUtilizationMonitor: the NVML branch through fake readers, the psutil
+branch and the data-loading stall detection for real."""
+
+import doctest
+import json
+import logging
+import threading
+import time
+import types
+
+import paddle
+import psutil
+import pytest
+from helpers import ToyDataset, make_mlp
+
+import callbacks.gpu_monitor
+from callbacks import Callback
+from callbacks.gpu_monitor import GPUUtilizationMonitor, NvmlReader, PsutilReader, default_reader
+from trainer import ConfigError, Trainer, TrainingArguments
+
+LOGGER = "callbacks.gpu_monitor"
+
+
+class FixedReader:
+    """The reader interface with fixed figures, as NVML would report one busy GPU."""
+
+    FIGURES = {"gpu0_util": 87.0, "gpu0_mem_used_mb": 1234.5, "gpu0_mem_total_mb": 16384.0,
+               "gpu0_power_w": 181.25, "gpu0_temp_c": 61.0}
+
+    def __init__(self):
+        self.sampled = threading.Event()
+        self.closed = False
+
+    def sample(self):
+        self.sampled.set()
+        return dict(self.FIGURES)
+
+    def close(self):
+        self.closed = True
+
+
+class WaitForSamples(Callback):
+    """Hold the first step until the monitor's thread has sampled ``n`` times (busy: the process uses CPU)."""
+
+    order = 5
+
+    def __init__(self, monitor, n=2):
+        self.monitor, self.n = monitor, n
+
+    def on_step_end(self, trainer):
+        deadline = time.time() + 10
+        while self.monitor.samples < self.n and time.time() < deadline:
+            sum(i * i for i in range(2000))
+
+
+class SlowDataset(ToyDataset):
+    def __getitem__(self, i):
+        time.sleep(0.004)  # 8 samples a batch: ~32 ms of loading per step
+        return super().__getitem__(i)
+
+
+def train(out, monitor, dataset=None, model=None, extra=(), **kw):
+    values = dict(output_dir=str(out), max_steps=10, logging_steps=5, per_device_train_batch_size=8,
+                  evaluation_strategy="no", save_strategy="no", report_to=["jsonl"])
+    values.update(kw)
+    trainer = Trainer(model or make_mlp(), TrainingArguments(**values), train_dataset=dataset or ToyDataset(64),
+                      loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=list(extra))
+    trainer.remove_callback(GPUUtilizationMonitor)  # the default one, if the default set has it
+    trainer.add_callback(monitor)
+    trainer.fit()
+    return trainer
+
+
+def train_records(out):
+    with open(out / "metrics.jsonl") as f:
+        return [r for r in map(json.loads, f) if "loss" in r]
+
+
+def monitor_threads():
+    return [t for t in threading.enumerate() if t.name == "GPUUtilizationMonitor"]
+
+
+# ---- the NVML branch, driven by fakes ------------------------------------------------------
+def test_figures_of_a_gpu_reader_reach_the_logs_and_metrics_jsonl(tmp_path):
+    reader = FixedReader()
+
+    class WaitForReader(Callback):
+        order = 5
+
+        def on_step_end(self, trainer):
+            assert reader.sampled.wait(10)
+
+    monitor = GPUUtilizationMonitor(interval=0.01, reader=reader)
+    train(tmp_path, monitor, extra=[WaitForReader()])
+    records = train_records(tmp_path)
+    assert [r["step"] for r in records] == [5, 10]
+    for r in records:
+        for key, value in FixedReader.FIGURES.items():
+            assert r[key] == value
+        assert 0 <= r["data_wait_share"] <= 1
+    assert not monitor_threads() and not reader.closed  # stopped; a given reader belongs to the caller
+
+
+class FakeNvml:
+    """The few pynvml functions NvmlReader calls, for a node with 2 GPUs (GPU 1 reports no power)."""
+
+    NVML_TEMPERATURE_GPU = 0
+
+    class NVMLError_NotSupported(Exception):
+        pass
+
+    def __init__(self):
+        self.calls = []
+
+    def nvmlInit(self):
+        self.calls.append("init")
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("handle", i)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("handle", 1 if uuid == "GPU-bbbb" else 0)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=[40, 95][h[1]], memory=10)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=[1, 3][h[1]] << 30, total=16 << 30, free=0)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        if h[1] == 1:
+            raise self.NVMLError_NotSupported("Not Supported")
+        return 150500  # milliwatts
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return [55, 71][h[1]]
+
+
+def test_nvml_reader_names_and_converts_the_figures_of_every_gpu(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml = FakeNvml()
+    reader = NvmlReader(nvml=nvml)
+    assert reader.sample() == {
+        "gpu0_util": 40.0, "gpu0_mem_used_mb": 1024.0, "gpu0_mem_total_mb": 16384.0, "gpu0_power_w": 150.5, "gpu0_temp_c": 55.0,
+        "gpu1_util": 95.0, "gpu1_mem_used_mb": 3072.0, "gpu1_mem_total_mb": 16384.0, "gpu1_temp_c": 71.0}
+    reader.close()
+    assert nvml.calls == ["init", "shutdown"]
+
+
+@pytest.mark.parametrize("visible", ["1", "GPU-bbbb"])
+def test_nvml_reader_follows_cuda_visible_devices(monkeypatch, visible):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    figures = NvmlReader(nvml=FakeNvml()).sample()
+    assert figures["gpu0_util"] == 95.0 and not any(k.startswith("gpu1") for k in figures)  # paddle's gpu:0 is NVML's 1
+
+
+def test_no_nvidia_driver_here_falls_back_to_psutil():
+    # real: this machine has no NVML library, so a GPU run would fall back; a CPU run never tries NVML
+    assert isinstance(default_reader("gpu:0"), PsutilReader)
+    assert isinstance(default_reader("cpu"), PsutilReader)
+
+
+# ---- the psutil branch, for real -------------------------------------------------------------
+def test_psutil_branch_reports_this_process_cpu_and_resident_memory(tmp_path):
+    monitor = GPUUtilizationMonitor(interval=0.02)
+    train(tmp_path, monitor, extra=[WaitForSamples(monitor, n=3)])
+    first = train_records(tmp_path)[0]
+    rss_now = psutil.Process().memory_info().rss / 2**20
+    assert first["cpu_percent"] > 10  # the first step burned CPU while the thread sampled
+    assert 50 < first["rss_mb"] <= rss_now * 1.5 and first["rss_mb"] >= rss_now * 0.5
+    assert not monitor_threads()
+
+
+def test_a_failing_reader_stops_the_sampler_not_the_training(tmp_path, caplog):
+    class Broken:
+        def sample(self):
+            raise OSError("device lost")
+
+        def close(self):
+            pass
+
+    monitor = GPUUtilizationMonitor(interval=0.01, reader=Broken())
+
+    class Wait(Callback):
+        order = 5
+
+        def on_step_end(self, trainer):
+            time.sleep(0.05)
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        trainer = train(tmp_path, monitor, extra=[Wait()], max_steps=2, logging_steps=1)
+    assert trainer.state.status == "completed"
+    assert any("Broken.sample() failed: OSError: device lost" in r.getMessage() for r in caplog.records)
+
+
+# ---- the stall detection, for real ---------------------------------------------------------
+def test_slow_dataset_warns_once_with_the_figure(tmp_path, caplog):
+    monitor = GPUUtilizationMonitor(interval=0.05)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        train(tmp_path, monitor, dataset=SlowDataset(96))
+    warnings = [r for r in caplog.records if r.name == LOGGER]
+    records = train_records(tmp_path)
+    assert [r["step"] for r in records] == [5, 10]
+    assert all(r["data_wait_share"] > 0.8 for r in records)  # two windows above the threshold ...
+    assert len(warnings) == 1  # ... one warning
+    message = warnings[0].getMessage()
+    print("monitor warned:", message)
+    assert f"{100 * records[0]['data_wait_share']:.0f}% of step time" in message
+    assert "raise dataloader_num_workers (now 0)" in message and "threshold 30%" in message
+    assert monitor.warned
+
+
+def test_fast_dataset_does_not_warn(tmp_path, caplog):
+    monitor = GPUUtilizationMonitor(interval=0.05)
+    # enough compute per step (~15 ms) that loading stays a small share even on a busy machine
+    model = make_mlp(features=256, hidden=4096)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        train(tmp_path, monitor, dataset=ToyDataset(640, features=256), model=model,
+              max_steps=20, per_device_train_batch_size=64)
+    shares = [r["data_wait_share"] for r in train_records(tmp_path)]
+    print("fast dataset data_wait_share:", shares)
+    assert len(shares) == 4 and max(shares) < 0.3
+    assert not [r for r in caplog.records if r.name == LOGGER] and not monitor.warned
+
+
+@pytest.mark.parametrize("kwargs, field", [({"interval": 0}, "interval"), ({"wait_threshold": 1.5}, "wait_threshold"),
+                                           ({"reader": object()}, "reader")])
+def test_bad_options_are_one_line_config_errors(kwargs, field):
+    with pytest.raises(ConfigError, match=f"^{field}=") as err:
+        GPUUtilizationMonitor(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_docstring_example_runs():
+    result = doctest.testmod(callbacks.gpu_monitor)
+    assert result.attempted > 0 and result.failed == 0
