@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
-                                       "4 a callback failed, 5 training failed.")
+                                       "4 a callback failed, 5 training failed, 130/143 preempted by "
+                                       "SIGINT/SIGTERM after saving a checkpoint.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list tasks and their recipes")
     run = sub.add_parser("run", help="train a task; extra --field value pairs override the recipe",
@@ -225,6 +226,14 @@ def _run_here(task, options, args, dry_run: bool) -> int:
         return 0
     start = time.time()
     state = trainer.fit()
+    if state.status == "preempted":
+        from callbacks.preemption import Preemption
+
+        code = trainer.callbacks.get(Preemption).exit_code
+        if dist.is_main_process():
+            print(f"ptrain: preempted at step {state.global_step}; checkpoint saved: resume with "
+                  f"--resume_from_checkpoint auto", file=sys.stderr)
+        return code
     results = {"task": task.name, "status": state.status, "global_step": state.global_step,
                "train_seconds": round(time.time() - start, 2), **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'

@@ -31,7 +31,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-_RUNTIME_ONLY = ("loss", "step_loss", "grad_norm", "error")
+# never saved: device tensors, the error, and the control flags (a resumed run starts with clear flags)
+_RUNTIME_ONLY = ("loss", "step_loss", "grad_norm", "error", "status", "should_stop", "should_log",
+                 "should_evaluate", "should_save", "skip_optimizer_step")
 
 
 @dataclass

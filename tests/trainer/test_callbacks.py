@@ -155,7 +155,7 @@ def test_error_in_user_code_passes_through_and_cleanup_errors_do_not_mask_it(tmp
 
 def test_describe_callbacks_lists_events_in_run_order(tmp_path):
     log = []
-    trainer = make_trainer(tmp_path, [Recorder("x", log, order=5)], report_to=["jsonl"])
+    trainer = make_trainer(tmp_path, [Recorder("x", log, order=1)], report_to=["jsonl"])
     text = trainer.describe_callbacks()
     assert "on_step_end" in text
     line = next(l for l in text.splitlines() if l.strip().startswith("on_step_end"))
