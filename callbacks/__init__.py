@@ -4,14 +4,16 @@ Importing this package is light: it imports neither paddlenlp nor the
 optional writers (VisualDL, matplotlib), which load when first used.
 """
 
+from .amp import AMP
 from .base import Callback, CallbackList
 from .checkpoint import Checkpoint
 from .defaults import default_callbacks
 from .flow import FlowControl
 from .gpu_monitor import GPUUtilizationMonitor
 from .logger import Rank0Logger
+from .nan_guard import NaNGuard
 from .lr_warmup import LRWarmup
 from .early_stopping import EarlyStopping
 from .export import Export
 
-__all__ = ["GPUUtilizationMonitor", "Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["AMP", "NaNGuard", "GPUUtilizationMonitor", "Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
