@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -164,7 +165,7 @@ class TrainingArguments:
         names = cls.field_names()
         for key in values:
             if key not in names:
-                raise ConfigError(f"unknown training argument '{key}' in {source}{_suggest(key, names)}")
+                raise ConfigError(f"unknown training argument {str(key)!r} in {source}{_suggest(str(key), names)}")
         return cls(**dict(values))
 
     @classmethod
@@ -236,9 +237,12 @@ def _convert(name: str, value: Any, hint: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a finite number")
+        return number
     if hint is list or origin is list:
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",") if v.strip()]
@@ -273,10 +277,10 @@ def parse_overrides(argv: Iterable[str], names: Iterable[str]) -> dict:
         key, eq, value = token[2:].partition("=")
         key = key.replace("-", "_")
         if key not in names:
-            raise ConfigError(f"unknown training argument '--{key}'{_suggest(key, names)}")
+            raise ConfigError(f"unknown training argument {'--' + key!r}{_suggest(key, names)}")
         if not eq:
             if i + 1 >= len(argv) or (argv[i + 1].startswith("--") and not _is_number(argv[i + 1])):
-                raise ConfigError(f"--{key} needs a value: write --{key} VALUE")
+                raise ConfigError(f"{'--' + key!r} needs a value: write --{key.strip()} VALUE")
             value = argv[i + 1]
             i += 1
         out[key] = value
@@ -301,6 +305,8 @@ def load_yaml_mapping(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         try:
             data = yaml.safe_load(f)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): save the file as UTF-8") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark is not None else ""

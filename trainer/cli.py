@@ -29,7 +29,9 @@ from typing import List, Optional
 
 from .errors import ConfigError, TrainerError
 
-LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank")
+LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", "--max_restarts")
+# exit codes that a relaunch cannot fix: bad configuration, bad data, preempted (SIGINT, SIGTERM)
+NO_RESTART = (0, 2, 3, 130, 143)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--nnodes", type=int, default=None, help="number of nodes (with --master)")
     run.add_argument("--master", default=None, help="IP:PORT of the master node (with --nnodes)")
     run.add_argument("--rank", type=int, default=None, help="this node's rank (with --nnodes and --master)")
+    run.add_argument("--max_restarts", type=int, default=0,
+                     help="relaunch a run that dies of a runtime failure up to N times, resuming from its latest "
+                          "checkpoint (runs through paddle.distributed.launch)")
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
@@ -194,18 +199,56 @@ def launch_command(ns, argv: List[str], output_dir: str) -> List[str]:
 def _wants_launch(ns) -> bool:
     if "PADDLE_TRAINER_ID" in os.environ:  # already inside a launched process
         return False
-    return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes)
+    return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes or ns.max_restarts)
+
+
+def _with_auto_resume(argv: List[str]) -> List[str]:
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token.split("=", 1)[0] == "--resume_from_checkpoint":
+            skip = "=" not in token
+            continue
+        out.append(token)
+    return out + ["--resume_from_checkpoint", "auto"]
+
+
+def _launch_with_restarts(ns, argv: List[str], output_dir: str) -> int:
+    """Run the launcher; after a runtime failure relaunch from the latest checkpoint, at most --max_restarts times."""
+    attempt = 0
+    while True:
+        cmd = launch_command(ns, argv, output_dir)
+        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
+        code = subprocess.call(cmd)
+        if code in NO_RESTART or attempt >= ns.max_restarts:
+            if code not in (0, 130, 143):
+                print(f"ptrain: the run failed with exit code {code}; the failing rank's log is in "
+                      f"{os.path.join(output_dir, 'launch_logs')}", file=sys.stderr)
+            return code
+        attempt += 1
+        print(f"ptrain: the run failed with exit code {code}; restart {attempt} of {ns.max_restarts} from the latest "
+              "checkpoint", file=sys.stderr)
+        argv = _with_auto_resume(argv)
 
 
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
     if ns.nproc is not None and ns.nproc < 1:
         raise ConfigError(f"--nproc={ns.nproc} is not allowed: give 1 or more processes")
-    if _wants_launch(ns) and not ns.dry_run:
-        cmd = launch_command(ns, argv, args.output_dir)
-        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
-        return subprocess.call(cmd)
-    return _run_here(task, options, args, dry_run=ns.dry_run)
+    if ns.max_restarts < 0:
+        raise ConfigError(f"--max_restarts={ns.max_restarts} is not allowed: give 0 or more restarts")
+    if ns.dry_run:
+        return _run_here(task, options, args, dry_run=True)
+    from .lock import RunLock
+
+    probe = RunLock(args.output_dir)  # fail fast: output_dir writable and not in use by a live run
+    probe.acquire()
+    probe.release()
+    if _wants_launch(ns):
+        return _launch_with_restarts(ns, argv, args.output_dir)
+    return _run_here(task, options, args, dry_run=False)
 
 
 def _run_here(task, options, args, dry_run: bool) -> int:

@@ -41,7 +41,7 @@ class Event(str, enum.Enum):
 
 # event -> (when it fires, what a callback may change)
 EVENT_TABLE = {
-    Event.FIT_BEGIN: ("fit() starts: model wrapped, optimizer and scheduler built, resume applied, seeds set",
+    Event.FIT_BEGIN: ("fit() starts: optimizer and scheduler built, resume applied, seeds set; DataParallel wraps the model right after",
                       "trainer.optimizer, trainer.lr_scheduler, trainer.model (e.g. AMP O2 decoration), state.max_steps"),
     Event.EPOCH_BEGIN: ("before the first batch of an epoch; the sampler already has set_epoch(epoch)", "state.should_stop"),
     Event.STEP_BEGIN: ("before the first micro-batch of an optimizer step", "state.should_stop"),

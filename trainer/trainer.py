@@ -32,6 +32,7 @@ from .checkpoint_io import CheckpointWriter
 from .data import ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, dataset_length, make_loader
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
+from .lock import RunLock
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -98,7 +99,7 @@ class Trainer:
         self.compute_metrics = compute_metrics
         self.state = TrainerState(world_size=dist.get_world_size())
         self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
-        self.grad_scaler = None            # a paddle.amp.GradScaler, set by callbacks.AMP; steps the optimizer when set
+        self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._seeded_train: Optional[SeededDataset] = None
         self._writer = CheckpointWriter()
@@ -245,9 +246,16 @@ class Trainer:
         state = self.state
         state.status, state.should_stop, state.error = "running", False, None
         resume = resume_from_checkpoint or self.args.resume_from_checkpoint
+        lock = RunLock(self.args.output_dir)
+        if self.is_main_process:
+            lock.acquire()  # fails fast on an unwritable output_dir or a live run using it
         try:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)
+            # wrapped after on_fit_begin: AMP O2 casts the parameters there, and DataParallel
+            # buckets gradients by the dtype the parameters have when it is built
+            self.model_wrapped = dist.wrap_model(self.model, self.args.find_unused_parameters)
+            self.model_wrapped.train()
             self._train_loop(loader)
             self.wait_for_checkpoint()
             if state.status == "running":
@@ -258,10 +266,13 @@ class Trainer:
             self._quietly(lambda: self.fire(Event.EXCEPTION))
             raise
         finally:
-            if state.status == "failed":
-                self._quietly(lambda: self.fire(Event.FIT_END))
-            else:
-                self.fire(Event.FIT_END)
+            try:
+                if state.status == "failed":
+                    self._quietly(lambda: self.fire(Event.FIT_END))
+                else:
+                    self.fire(Event.FIT_END)
+            finally:
+                lock.release()
         return state
 
     @staticmethod
@@ -281,12 +292,11 @@ class Trainer:
             if self.lr_scheduler is None:
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
-        self.model_wrapped = dist.wrap_model(self.model, a.find_unused_parameters)
         if resume:
             self.load_checkpoint(resume)
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
             self.state.status = "running"
-        self.model_wrapped.train()
+        self.model.train()
         self._loss_sum = paddle.zeros([], dtype="float32")
         self._loss_steps = 0
         self._log_clock = (time.perf_counter(), self.state.samples_seen, self.state.tokens_seen)

@@ -92,7 +92,7 @@ def test_unknown_cli_flag_suggests_closest():
 
 
 def test_cli_flag_without_value():
-    with pytest.raises(ConfigError, match="--max_steps needs a value"):
+    with pytest.raises(ConfigError, match="'--max_steps' needs a value: write --max_steps VALUE"):
         parse_overrides(["--max_steps"], TrainingArguments.field_names())
     assert parse_overrides(["--learning_rate", "-1"], TrainingArguments.field_names()) == {"learning_rate": "-1"}
 
