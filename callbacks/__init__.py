@@ -10,10 +10,11 @@ from .checkpoint import Checkpoint
 from .defaults import default_callbacks
 from .flow import FlowControl
 from .gpu_monitor import GPUUtilizationMonitor
-from .logger import Rank0Logger
 from .nan_guard import NaNGuard
+from .logger import Rank0Logger
+from .preemption import Preemption
 from .lr_warmup import LRWarmup
 from .early_stopping import EarlyStopping
 from .export import Export
 
-__all__ = ["AMP", "NaNGuard", "GPUUtilizationMonitor", "Export", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "default_callbacks"]
+__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks"]

@@ -1,25 +1,25 @@
 """The default callback set: the one place where ``TrainingArguments`` switch
 built-in callbacks on.
 
-=================  ===========================================  ======
-callback           switched on by                               order
-=================  ===========================================  ======
-FlowControl        always (turns intervals into state flags)    20
-Checkpoint         always (best checkpoint, save_total_limit)   200
-Rank0Logger        ``report_to`` not empty                      100
-LRWarmup           ``warmup_steps``, ``warmup_ratio`` or        10
-                   ``scale_lr_by_batch`` set
-AMP                ``amp`` fp16 or bf16 (``amp_level`` O1/O2)   0
-=================  ===========================================  ======
+=====================  =================================================  =====
+callback               switched on by                                     order
+=====================  =================================================  =====
+AMP                    ``amp`` fp16 or bf16 (``amp_level`` O1/O2)         0
+Preemption             always (SIGTERM/SIGINT: agree, save, stop)         5
+LRWarmup               ``warmup_steps``, ``warmup_ratio`` or               10
+                       ``scale_lr_by_batch``
+FlowControl            always (intervals -> state flags)                  20
+GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
+Rank0Logger            ``report_to`` not empty                            100
+Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
+=====================  =================================================  =====
 
-GPUUtilizationMonitor (order 90) joins Rank0Logger when ``report_to`` is not empty: it samples in a background thread and adds GPU/CPU figures and ``data_wait_share`` to the logs.
+Not in the default set, add them with ``Trainer(callbacks=[...])``:
+NaNGuard (skipping a non-finite step costs one host sync per optimizer step in
+paddle's dygraph optimizers), EarlyStopping (needs a metric and a patience),
+Export (writes an inference model at the end of fit()).
 
-NaNGuard is not in the default set: skipping a non-finite step costs one host
-sync per optimizer step in paddle's dygraph optimizers (see callbacks.nan_guard);
-add it with ``Trainer(callbacks=[NaNGuard()])``.
-
-Pass ``Trainer(callbacks=[...])`` to add more; ``trainer.remove_callback(T)``
-to drop one; subclass and replace to change a policy.
+``trainer.remove_callback(T)`` drops one; subclass and replace to change a policy.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from .flow import FlowControl
 from .gpu_monitor import GPUUtilizationMonitor
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
+from .preemption import Preemption
 
 
 def default_callbacks(args) -> List[Callback]:
-    out: List[Callback] = [FlowControl(), Checkpoint()]
+    out: List[Callback] = [Preemption(), FlowControl(), Checkpoint()]
     if args.report_to:
         out.append(Rank0Logger())
         out.append(GPUUtilizationMonitor())  # background sampler; on_step_end adds two host floats
