@@ -238,7 +238,7 @@ def _convert(name: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number")
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a number") from None
         if not math.isfinite(number):
             raise ConfigError(f"{name}={value!r} is not allowed: {name} must be a finite number")

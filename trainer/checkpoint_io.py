@@ -47,8 +47,8 @@ def checkpoints_dir(output_dir: str) -> str:
 
 # ---- tensors <-> numpy ---------------------------------------------------------
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
-    if t.dtype == paddle.bfloat16:  # numpy has no bfloat16: store the bits
-        return t.view(paddle.uint16).numpy() if hasattr(t, "view") else t.astype("float32").numpy()
+    if t.dtype == paddle.bfloat16:  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
+        return np.ascontiguousarray(t.astype("float32").numpy())
     return np.ascontiguousarray(t.numpy())
 
 
@@ -369,8 +369,9 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
     candidates = list_checkpoints(output_dir)
     pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
     if os.path.isfile(pointer):
-        with open(pointer, encoding="utf-8") as f:
-            named = os.path.join(checkpoints_dir(output_dir), f.read().strip())
+        with open(pointer, "rb") as f:
+            text = f.read(4096).decode("utf-8", errors="replace").strip()
+        named = os.path.join(checkpoints_dir(output_dir), os.path.basename(text))
         if named in candidates:
             candidates.remove(named)
             candidates.insert(0, named)
@@ -408,15 +409,37 @@ def verify(path: str) -> dict:
     return manifest
 
 
+def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
+    """(meta, model tensors, optimizer tensors) of a verified checkpoint, or DataError."""
+    try:
+        with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        model_state = np_load_file(os.path.join(path, "model.safetensors"))
+        opt_tensors = np_load_file(os.path.join(path, "optimizer.safetensors"))
+        for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
+            meta[key]  # noqa: B018 - presence check
+        if not (isinstance(meta["state"], dict) and isinstance(meta["callbacks"], dict)
+                and isinstance(meta["rng_per_rank"], list) and isinstance(meta["world_size"], int)
+                and meta["world_size"] > 0
+                and isinstance(meta["args"], dict)):
+            raise ValueError("trainer.json has fields of the wrong type")
+    except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
+        raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
+                        "from an incompatible version") from None
+    return meta, model_state, opt_tensors
+
+
 def load_checkpoint(trainer, path: str) -> Optional[str]:
-    """Restore everything :func:`snapshot` took. ``auto`` with no checkpoint is a no-op (returns None)."""
+    """Restore everything :func:`snapshot` took. ``auto`` with no checkpoint is a no-op (returns None).
+
+    Every file is read and checked before anything is changed; state that
+    still cannot be applied raises DataError, so no run trains on a
+    half-restored state.
+    """
     resolved = resolve(path, trainer.args.output_dir)
     if resolved is None:
         return None
-    with open(os.path.join(resolved, "trainer.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    adapt_to_world_size(trainer, meta)
-    model_state = np_load_file(os.path.join(resolved, "model.safetensors"))
+    meta, model_state, opt_tensors = read_checkpoint(resolved)
     own = trainer.model.state_dict()
     missing = sorted(set(own) - set(model_state))
     unexpected = sorted(set(model_state) - set(own))
@@ -426,21 +449,25 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
             f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
             f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
         raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
-    trainer.model.set_state_dict({k: paddle.to_tensor(v).astype(own[k].dtype) for k, v in model_state.items()})
-    names = _param_name_map(trainer.model)
-    opt_tensors = np_load_file(os.path.join(resolved, "optimizer.safetensors"))
-    trainer.optimizer.set_state_dict(_join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
-    if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
-        trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
-    trainer.state.load_state_dict(meta["state"])
-    unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
+    try:
+        adapt_to_world_size(trainer, meta)
+        trainer.model.set_state_dict({k: paddle.to_tensor(v).astype(own[k].dtype) for k, v in model_state.items()})
+        names = _param_name_map(trainer.model)
+        trainer.optimizer.set_state_dict(_join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
+        if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
+            trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
+        trainer.state.load_state_dict(meta["state"])
+        unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
+        if meta["world_size"] == dist.get_world_size():
+            set_rng_state(meta["rng_per_rank"][dist.get_rank()])
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - paddle's set_state_dict raises asserts and RuntimeErrors
+        raise DataError(f"checkpoint {resolved} holds state this run cannot take ({type(exc).__name__}: {exc}): "
+                        "it is damaged or from an incompatible version") from None
     if unclaimed and dist.is_main_process():
         logger.warning(
             "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
-    states = meta["rng_per_rank"]
-    rank = dist.get_rank()
-    if meta["world_size"] == dist.get_world_size():
-        set_rng_state(states[rank])
     return resolved
 
 
