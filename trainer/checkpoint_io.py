@@ -2,17 +2,23 @@
 
 Layout of ``output_dir/checkpoints/step-<N>/``::
 
-    model.safetensors       the unwrapped model's state_dict
+    model.safetensors       the unwrapped model's state_dict (bfloat16 stored as float32)
     optimizer.safetensors   optimizer tensors, keyed by structured parameter names
     trainer.json            optimizer scalars, scheduler, TrainerState, callbacks,
-                            RNG states, args, world size
-    manifest.json           files, byte sizes and sha256; written last
+                            RNG states of every rank, args, world size
+    manifest.json           files, byte sizes and sha256, step, time, versions; written last
 
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
-checkpoint cannot run code. Rank 0 writes into ``.tmp-step-<N>``, fsyncs every
-file, renames the directory into place, and only then moves the ``latest``
-pointer (itself written to a temporary file and ``os.replace``-d). A failed
-save leaves the previous checkpoints and ``latest`` untouched.
+checkpoint cannot run code.
+
+Saving is two phases. :func:`snapshot` runs at the step on every rank: it
+gathers each rank's RNG state to rank 0 and copies the replicated state to host
+memory. :func:`write_snapshot` then runs on rank 0, in :class:`CheckpointWriter`'s
+background thread or inline: it writes into ``.tmp-step-<N>-<pid>``, fsyncs
+every file, renames the directory into place, and only then moves the
+``latest`` pointer (written to a temporary file and ``os.replace``-d). A failed
+or killed save leaves the previous checkpoints and ``latest`` untouched; its
+temporary directory is removed by the next save.
 """
 
 from __future__ import annotations
