@@ -16,5 +16,7 @@ from .preemption import Preemption
 from .lr_warmup import LRWarmup
 from .early_stopping import EarlyStopping
 from .export import Export
+from .watchdog import StallWatchdog
+from .spike_recovery import LossSpikeRecovery
 
-__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks"]
+__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks", "StallWatchdog", "LossSpikeRecovery"]
