@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable, List, Optional
 
-from trainer.errors import CallbackError, ConfigError
+from trainer.errors import CallbackError, ConfigError, TrainerError
 from trainer.events import Event
 
 
@@ -93,8 +93,9 @@ def _overrides(callback: Callback, method: str) -> bool:
 class CallbackList:
     """An ordered set of callbacks and the one dispatcher, :meth:`fire`.
 
-    ``fire`` wraps any exception in :class:`CallbackError` naming the callback
-    and the event, and times every call (``timings``: seconds per
+    ``fire`` wraps any unexpected exception in :class:`CallbackError` naming the
+    callback and the event (the project's own errors, raised on purpose, keep
+    their type and exit code), and times every call (``timings``: seconds per
     (callback, event)), so overhead is visible in benchmarks and
     ``describe()``.
     """
@@ -150,7 +151,7 @@ class CallbackList:
             start = time.perf_counter()
             try:
                 method(trainer)
-            except CallbackError:
+            except TrainerError:  # deliberate errors (CallbackError included) keep their type and exit code
                 raise
             except Exception as exc:
                 raise CallbackError(type(cb).__name__, event.value, exc) from exc

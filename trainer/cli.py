@@ -30,8 +30,9 @@ from typing import List, Optional
 from .errors import ConfigError, TrainerError
 
 LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", "--max_restarts")
-# exit codes that a relaunch cannot fix: bad configuration, bad data, preempted (SIGINT, SIGTERM)
-NO_RESTART = (0, 2, 3, 130, 143)
+# exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
+# loss-spike retries exhausted), preempted (SIGINT, SIGTERM)
+NO_RESTART = (0, 2, 3, 5, 130, 143)
 
 
 def _parser() -> argparse.ArgumentParser:
