@@ -7,7 +7,9 @@
     ptrain run TASK --gpus 0,1,2,3                     # 4 GPUs on this node
     ptrain run TASK --gpus 0,1,2,3 --ips 10.0.0.1,10.0.0.2   # 2 nodes (run the same line on each)
     ptrain run digits --dry_run                        # resolved arguments and callbacks, no training
-    ptrain inspect runs/digits-demo/checkpoints/latest # verify a checkpoint and print its manifest
+    ptrain inspect runs/digits-demo/checkpoints/latest # what a checkpoint holds, every file verified
+    ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
+    ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
 
 Any ``--field value`` after the task name overrides a TrainingArguments field
@@ -67,9 +69,22 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("inputs", nargs="+", help="inputs: texts or file paths, as the task takes")
     pred.add_argument("--model", required=True, help="directory of the exported inference model")
     pred.add_argument("--debug", action="store_true")
-    ins = sub.add_parser("inspect", help="verify a checkpoint against its manifest and print it")
-    ins.add_argument("checkpoint", help="checkpoint directory (or output_dir/checkpoints/latest)")
+    ins = sub.add_parser("inspect", help="what a checkpoint holds, or the checkpoints of a run directory",
+                         description="PATH a checkpoint directory (or checkpoints/latest): step, epoch, metrics, "
+                                     "world size, sizes, and whether every file matches the manifest. PATH a run's "
+                                     "output_dir: its checkpoints, newest first, which are valid, which latest names.")
+    ins.add_argument("checkpoint", metavar="PATH", help="a checkpoint directory, checkpoints/latest, or an output_dir")
     ins.add_argument("--debug", action="store_true")
+    ver = sub.add_parser("verify-resume", help="self-test: is resuming exact on this setup?",
+                         description="Train TASK 2N steps uninterrupted; train it again, preempted at step N, and "
+                                     "resume in a fresh process; compare loss by loss and tensor by tensor. Prints "
+                                     "the first divergence or that the runs are identical. Extra --field value pairs "
+                                     "override the recipe as in ptrain run.")
+    ver.add_argument("task", help="task name (see ptrain list)")
+    ver.add_argument("--recipe", default=None, help="recipe name or YAML path (default: the task's demo)")
+    ver.add_argument("--steps", type=int, default=20, help="N: checkpoint at N, compare at 2N (default 20)")
+    ver.add_argument("--workdir", default=None, help="keep the three runs here (default: a temporary directory)")
+    ver.add_argument("--debug", action="store_true")
     return p
 
 
@@ -86,6 +101,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _cmd_list()
         if ns.command == "inspect":
             return _cmd_inspect(ns.checkpoint)
+        if ns.command == "verify-resume":
+            from .verify_resume import main as verify_resume_main
+
+            if ns.steps < 1:
+                raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
+            return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
         if ns.command == "predict":
             if extra:
                 raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
@@ -125,16 +146,19 @@ def _cmd_predict(task_name: str, model_dir: str, inputs: List[str]) -> int:
 
 
 def _cmd_inspect(path: str) -> int:
-    from .checkpoint_io import LATEST, verify
+    from .checkpoint_io import verify
+    from .errors import DataError
+    from .inspect import _resolve_pointer, describe
 
-    if os.path.basename(path.rstrip("/")) == LATEST and os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            path = os.path.join(os.path.dirname(path), f.read().strip())
-    if not os.path.isdir(path):
-        raise ConfigError(f"checkpoint {path} does not exist: give a checkpoint directory")
-    manifest = verify(path)
-    print(json.dumps(manifest, indent=1, sort_keys=True))
-    print(f"{path}: complete, {len(manifest['files'])} files verified")
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} does not exist: give a checkpoint directory or a run's output_dir")
+    print(describe(path))
+    target = _resolve_pointer(path)
+    if os.path.isfile(os.path.join(target, "manifest.json")) or not os.path.isdir(os.path.join(path, "checkpoints")):
+        try:
+            verify(target)
+        except DataError:
+            return DataError.exit_code  # the report above says which file is wrong
     return 0
 
 

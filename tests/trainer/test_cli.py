@@ -30,7 +30,15 @@ def test_run_digits_writes_results_and_checkpoints(tmp_path):
     ckpts = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
     assert "latest" in ckpts
     inspect = ptrain("inspect", str(tmp_path / "run" / "checkpoints" / "latest"), cwd=tmp_path)
-    assert inspect.returncode == 0 and "complete" in inspect.stdout
+    assert inspect.returncode == 0 and "manifest: valid" in inspect.stdout
+    listing = ptrain("inspect", str(tmp_path / "run"), cwd=tmp_path)
+    assert listing.returncode == 0 and "<- latest" in listing.stdout
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    with open(tmp_path / "run" / "checkpoints" / latest / "model.safetensors", "r+b") as f:
+        f.seek(-1, 2)
+        f.write(b"\xff")
+    damaged = ptrain("inspect", str(tmp_path / "run" / "checkpoints" / latest), cwd=tmp_path)
+    assert damaged.returncode == 3 and "model.safetensors" in damaged.stdout
 
 
 def test_dry_run_prints_arguments_and_callbacks_without_training(tmp_path):
