@@ -40,6 +40,7 @@ from safetensors.numpy import save_file as np_save_file
 
 from . import distributed as dist
 from .errors import ConfigError, DataError
+from .lock import pid_alive
 
 logger = logging.getLogger("trainer.checkpoint")
 FORMAT_VERSION = 1
@@ -305,20 +306,8 @@ def remove_stale_temporaries(root: str) -> None:
     for name in os.listdir(root):
         if name.startswith((".tmp-", ".old-", ".deleting-")):
             pid = name.rsplit("-", 1)[-1]
-            if name.startswith(".deleting-") or not (pid.isdigit() and _alive(int(pid))):
+            if name.startswith(".deleting-") or not (pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _publish_latest(root: str, name: str) -> None:

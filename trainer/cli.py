@@ -189,14 +189,14 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     return task, options, args
 
 
-def _strip_launch_flags(argv: List[str]) -> List[str]:
+def _drop_flags(argv: List[str], names) -> List[str]:
+    """``argv`` without the flags in ``names`` (``--flag value`` and ``--flag=value`` forms)."""
     out, skip = [], False
     for token in argv:
         if skip:
             skip = False
             continue
-        name = token.split("=", 1)[0]
-        if name in LAUNCH_FLAGS:
+        if token.split("=", 1)[0] in names:
             skip = "=" not in token
             continue
         out.append(token)
@@ -218,7 +218,7 @@ def launch_command(ns, argv: List[str], output_dir: str) -> List[str]:
         cmd += ["--master", ns.master]
     if ns.rank is not None:
         cmd += ["--rank", str(ns.rank)]
-    return cmd + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + _strip_launch_flags(argv)
+    return cmd + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + _drop_flags(argv, LAUNCH_FLAGS)
 
 
 def _wants_launch(ns) -> bool:
@@ -228,16 +228,7 @@ def _wants_launch(ns) -> bool:
 
 
 def _with_auto_resume(argv: List[str]) -> List[str]:
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token.split("=", 1)[0] == "--resume_from_checkpoint":
-            skip = "=" not in token
-            continue
-        out.append(token)
-    return out + ["--resume_from_checkpoint", "auto"]
+    return _drop_flags(argv, ("--resume_from_checkpoint",)) + ["--resume_from_checkpoint", "auto"]
 
 
 def _launch_with_restarts(ns, argv: List[str], output_dir: str) -> int:

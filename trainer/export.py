@@ -38,7 +38,7 @@ import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import paddle

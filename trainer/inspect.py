@@ -18,14 +18,13 @@ you is safe. Damaged files are reported, never raised.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import struct
 import time
 from typing import List, Optional, Tuple
 
-from .checkpoint_io import LATEST, MANIFEST, checkpoints_dir, list_checkpoints, verify
+from .checkpoint_io import LATEST, MANIFEST, _sha256, checkpoints_dir, list_checkpoints, verify
 from .errors import ConfigError, DataError
 
 # the arguments worth a line in a summary, in reading order
@@ -149,14 +148,6 @@ def _short_reason(path: str, manifest: Optional[dict], manifest_problem: Optiona
         if status.isupper() or status.startswith(("MISSING", "WRONG")):
             return f"{name} {status.split(' (')[0].lower()}"
     return "manifest does not verify"
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _tensor_line(path: str, label: str) -> Optional[str]:

@@ -21,7 +21,8 @@ logger = logging.getLogger("trainer.lock")
 LOCK_NAME = ".ptrain.lock"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -70,7 +71,7 @@ class RunLock:
             raise ConfigError(f"output_dir {self.output_dir} is in use by process {pid} on host {host} "
                               f"(lock {self.path}): wait for that run, use another --output_dir, or delete the "
                               "lock file if that run is gone")
-        if pid > 0 and pid != os.getpid() and _pid_alive(pid):
+        if pid > 0 and pid != os.getpid() and pid_alive(pid):
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
             raise ConfigError(f"output_dir {self.output_dir} is in use by live process {pid} on {host} since "
                               f"{started}: wait for it to finish or use another --output_dir")
