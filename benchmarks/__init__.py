@@ -1,0 +1,26 @@
+"""Side-by-side benchmarks: ``python -m benchmarks NAME [options]``.
+
+=========  =====================================================================
+overhead   per-step cost of our Trainer against a hand-written loop, PaddleNLP's
+           Trainer and ``paddle.Model.fit`` (MLP, small ERNIE, ResNet-50)
+allreduce  all-reduce time and bus bandwidth from 1 KiB to 256 MiB across the
+           processes of a ``paddle.distributed.launch`` run, and the share of a
+           training step spent in gradient synchronization
+dataloader images/s of the ResNet input pipeline against
+           ``dataloader_num_workers``, and the data-wait share of a training step
+checkpoint the training stall of a checkpoint save (sync and async) and the
+           cost of resuming (``benchmarks/checkpoint.py``)
+=========  =====================================================================
+
+Each runs with a short default (a few minutes on 2 CPU cores); ``--help``
+lists the options. Results measured here are in ``benchmarks/RESULTS.md``.
+These are benchmarks, not tests: ``tests/benchmarks/test_smoke.py`` only
+checks, in seconds, that each still runs.
+"""
+
+BENCHMARKS = {
+    "overhead": "benchmarks.overhead",
+    "allreduce": "benchmarks.allreduce",
+    "dataloader": "benchmarks.dataloader",
+    "checkpoint": "benchmarks.checkpoint",
+}
