@@ -25,7 +25,7 @@ from paddle.io import DistributedBatchSampler
 
 from trainer.data import ResumableDistributedBatchSampler, ShardedEvalSampler
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 dataset_lengths = st.integers(min_value=1, max_value=300)
 batch_sizes = st.integers(min_value=1, max_value=40)
