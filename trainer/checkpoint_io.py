@@ -398,6 +398,8 @@ def verify(path: str) -> dict:
     for name, meta in files.items():
         if os.path.basename(name) != name:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
+        if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
+            raise DataError(f"{manifest_path} has a malformed entry for {name!r}: the checkpoint is damaged")
         full = os.path.join(path, name)
         if not os.path.isfile(full) or os.path.getsize(full) != meta["bytes"] or _sha256(full) != meta["sha256"]:
             raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")

@@ -41,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
-                                       "4 a callback failed, 5 training failed, 130/143 preempted by "
-                                       "SIGINT/SIGTERM after saving a checkpoint.")
+                                       "4 a callback failed, 5 training failed, 6 verify-resume found a divergence, "
+                                       "124 stall watchdog stopped the run, 130/143 preempted by SIGINT/SIGTERM after "
+                                       "saving a checkpoint.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list tasks and their recipes")
     run = sub.add_parser("run", help="train a task; extra --field value pairs override the recipe",

