@@ -159,7 +159,7 @@ class Rank0Logger(Callback):
                 post["lr"] = f"{record['learning_rate']:.2e}"
             if _is_number(record.get("samples_per_second")):
                 post["samples/s"] = f"{record['samples_per_second']:.1f}"
-            self._bar.set_postfix(post, refresh=True)
+            self._bar.set_postfix(post, refresh=False)  # drawn at the bar's next update: ~2 us instead of ~20
         is_eval = any(k.startswith(("eval_", "test_")) for k in record)
         printing = self.print_logs if self.print_logs is not None else self._bar is None
         if printing or is_eval:

@@ -97,7 +97,10 @@ class Trainer:
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.compute_metrics = compute_metrics
-        self.state = TrainerState(world_size=dist.get_world_size())
+        # read once: the launcher's environment does not change within a process, and each
+        # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
+        self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+        self.state = TrainerState(world_size=self._world_size)
         self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -108,15 +111,15 @@ class Trainer:
     # ---- public facts --------------------------------------------------------
     @property
     def rank(self) -> int:
-        return dist.get_rank()
+        return self._rank
 
     @property
     def world_size(self) -> int:
-        return dist.get_world_size()
+        return self._world_size
 
     @property
     def is_main_process(self) -> bool:
-        return dist.is_main_process()
+        return self._rank == 0
 
     def add_callback(self, callback: Callback) -> None:
         self.callbacks.add(callback)
@@ -379,7 +382,7 @@ class Trainer:
         self.state.data_wait_time += waited
         self.state.samples_seen += _batch_size(batch) * self.world_size
         if isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
-            self.state.tokens_seen += int(np.prod(batch["input_ids"].shape)) * self.world_size
+            self.state.tokens_seen += math.prod(batch["input_ids"].shape) * self.world_size
         return batch
 
     def _sync_context(self, last: bool):
@@ -604,7 +607,7 @@ def _seed_everything(seed: int) -> None:
 def _check_loss(loss: Any) -> None:
     if not isinstance(loss, paddle.Tensor):
         raise TrainingError(f"compute_loss returned {type(loss).__name__}, not a paddle.Tensor: return the loss tensor")
-    if loss.size != 1:
+    if math.prod(loss.shape) != 1:  # from the shape: Tensor.size is a paddle call, and this runs every step
         raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
                             "reduce it (e.g. loss.mean())")
 

@@ -57,7 +57,7 @@ def test_dry_run_prints_arguments_and_callbacks_without_training(tmp_path):
     (["run", "digits", "--learning_rat", "0.1"], 2, "did you mean 'learning_rate'?"),
     (["run", "digits", "--hidden_size", "0"], 2, "ptrain: error: hidden_size=0 is not allowed"),
     (["run", "digits", "--resume_from_checkpoint", "/nope", "--max_steps", "1"], 2, "resume_from_checkpoint='/nope' does not exist"),
-    (["inspect", "/nope"], 2, "ptrain: error: checkpoint /nope does not exist"),
+    (["inspect", "/nope"], 2, "ptrain: error: /nope does not exist: give a checkpoint directory or a run's output_dir"),
 ])
 def test_bad_input_is_one_line_and_a_documented_exit_code(tmp_path, args, code, message):
     out = ptrain(*args, cwd=tmp_path)
