@@ -1,0 +1,1 @@
+"""ResNet image classification: ``ptrain run resnet50`` (see task.py)."""
