@@ -20,6 +20,7 @@ from typing import Iterator, List
 import numpy as np
 import paddle
 from paddle.io import BatchSampler, DataLoader
+from paddle.io.dataloader.collate import default_collate_fn
 
 from .errors import DataError
 
@@ -150,11 +151,45 @@ class SeededDataset(paddle.io.Dataset):
         return self.dataset[index]
 
 
-def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0) -> DataLoader:
-    """A DataLoader over ``batch_sampler``. Without workers there is no prefetch
-    thread (``use_buffer_reader=False``): the dataset then draws randomness from
-    the main process's RNGs exactly when the step needs the batch, so the RNG
-    state saved at a step boundary resumes the data pipeline exactly."""
+class InProcessLoader:
+    """Batches built in the calling thread: ``collate_fn([dataset[i] for i in batch])``,
+    numpy arrays turned into tensors on the current device.
+
+    Used instead of ``paddle.io.DataLoader`` when there are no workers: paddle
+    3.3.1's single-process loader waits forever when ``__getitem__`` raises,
+    while here the dataset's own exception (with its file name) reaches the
+    caller. No thread reads ahead, so the dataset draws randomness from the
+    main process's RNGs exactly when the step needs the batch, and the RNG
+    state saved at a step boundary resumes the data pipeline exactly.
+    """
+
+    def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None):
+        self.dataset = dataset
+        self.batch_sampler = batch_sampler
+        self.collate_fn = collate_fn or default_collate_fn
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        for indices in self.batch_sampler:
+            yield _to_tensors(self.collate_fn([self.dataset[i] for i in indices]))
+
+
+def _to_tensors(value):
+    if isinstance(value, np.ndarray):
+        return paddle.to_tensor(value)
+    if isinstance(value, (list, tuple)):
+        return [_to_tensors(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_tensors(v) for k, v in value.items()}
+    return value
+
+
+def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0):
+    """An :class:`InProcessLoader` without workers, else a ``paddle.io.DataLoader`` with
+    ``num_workers`` processes (a new set per epoch)."""
+    if num_workers == 0:
+        return InProcessLoader(dataset, batch_sampler, collate_fn)
     return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn,
-                      num_workers=num_workers, return_list=True, persistent_workers=False,
-                      use_buffer_reader=num_workers > 0)
+                      num_workers=num_workers, return_list=True, persistent_workers=False)

@@ -377,6 +377,11 @@ class Trainer:
         except StopIteration:
             raise DataError("the training dataloader ran out of batches before the epoch's last step: "
                             "a custom get_train_dataloader must yield the sampler's batches") from None
+        except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
+            if "Blocking queue is killed" not in str(exc):
+                raise
+            raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
+                            "run with --dataloader_num_workers 0 to get that error raised here") from None
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
