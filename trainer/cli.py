@@ -307,7 +307,8 @@ def _run_here(task, options, args, dry_run: bool) -> int:
             json.dump(results, f, indent=1, sort_keys=True)
         shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
         print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
-        print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/)")
+        extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
+        print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/{extra})")
     return 0
 
 
