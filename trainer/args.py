@@ -160,12 +160,17 @@ class TrainingArguments:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], source: str = "arguments") -> "TrainingArguments":
-        """Build from a mapping; an unknown key is an error that suggests the closest field."""
+    def check_keys(cls, values: Mapping[str, Any], source: str = "arguments") -> None:
+        """An unknown key is an error naming ``source`` that suggests the closest field."""
         names = cls.field_names()
         for key in values:
             if key not in names:
                 raise ConfigError(f"unknown training argument {str(key)!r} in {source}{_suggest(str(key), names)}")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "arguments") -> "TrainingArguments":
+        """Build from a mapping; an unknown key is an error that suggests the closest field."""
+        cls.check_keys(values, source)
         return cls(**dict(values))
 
     @classmethod

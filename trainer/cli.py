@@ -175,9 +175,12 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     if unknown:
         raise ConfigError(f"{recipe_path}: unknown section(s) {sorted(unknown)}: a recipe has description, task and args")
     arg_values = dict(doc.get("args") or {})
-    if config:
-        arg_values.update(load_yaml_mapping(config))
     arg_names, option_names = TrainingArguments.field_names(), task.option_names()
+    TrainingArguments.check_keys(arg_values, source=recipe_path)
+    if config:
+        config_values = load_yaml_mapping(config)
+        TrainingArguments.check_keys(config_values, source=config)
+        arg_values.update(config_values)
     parsed = parse_overrides(overrides, arg_names + option_names)
     option_values = dict(doc.get("task") or {})
     for key, value in parsed.items():

@@ -73,6 +73,12 @@ def test_bad_yaml_config_names_file_and_line(tmp_path):
     assert out.returncode == 2 and "bad.yaml line 2: YAML does not parse" in out.stderr
 
 
+def test_unknown_key_in_config_file_names_that_file(tmp_path):
+    (tmp_path / "extra.yaml").write_text("learning_rat: 0.1\n")
+    out = ptrain("run", "digits", "--config", "extra.yaml", cwd=tmp_path)
+    assert out.returncode == 2 and "unknown training argument 'learning_rat' in extra.yaml (did you mean 'learning_rate'?)" in out.stderr
+
+
 def test_debug_shows_the_traceback(tmp_path):
     out = ptrain("run", "digits", "--learning_rate", "-1", "--debug", cwd=tmp_path)
     assert out.returncode != 0 and "Traceback" in out.stderr
