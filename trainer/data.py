@@ -186,6 +186,27 @@ def _to_tensors(value):
     return value
 
 
+def abandon_iterator(iterator) -> None:
+    """Stop a failed ``paddle.io.DataLoader`` iterator's workers without waiting forever.
+
+    paddle 3.3.1's multi-process iterator joins its workers with no timeout in
+    ``__del__``; after a worker raised, that join can block the process for
+    good (seen here: garbage collection of the failed iterator hung). Shut it
+    down with paddle's own 1-second-per-worker exit path, then terminate what is
+    still alive. Reaches into paddle's iterator on purpose: there is no public
+    API for this.
+    """
+    shutdown = getattr(iterator, "_shutdown_on_exit", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    finally:
+        for worker in getattr(iterator, "_workers", []):
+            if worker.is_alive():
+                worker.terminate()
+
+
 def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0):
     """An :class:`InProcessLoader` without workers, else a ``paddle.io.DataLoader`` with
     ``num_workers`` processes (a new set per epoch)."""

@@ -29,7 +29,8 @@ from callbacks.defaults import default_callbacks
 from . import distributed as dist
 from .args import TrainingArguments
 from .checkpoint_io import CheckpointWriter
-from .data import ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, dataset_length, make_loader
+from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
+                   dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .lock import RunLock
@@ -380,6 +381,7 @@ class Trainer:
         except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
             if "Blocking queue is killed" not in str(exc):
                 raise
+            abandon_iterator(batches)
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
                             "run with --dataloader_num_workers 0 to get that error raised here") from None
         waited = time.perf_counter() - start
