@@ -1,0 +1,1 @@
+"""ERNIE text classification: ``ptrain run ernie`` (see task.py)."""
