@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train a task; extra --field value pairs override the recipe",
                          description="Train TASK with a recipe. Any further --field value pair overrides a "
                                      "TrainingArguments field or a task option (see --dry_run for all of them).")
-    run.add_argument("task", help="task name (see ptrain list)")
-    run.add_argument("--recipe", default=None, help="recipe name or YAML path (default: the task's demo)")
+    run.add_argument("task", help="task name (see ptrain list), or a recipe file whose top-level 'task:' names it")
+    run.add_argument("--recipe", "--preset", dest="recipe", default=None,
+                     help="recipe name or YAML path (default: the task's demo)")
     run.add_argument("--config", default=None, help="a YAML of TrainingArguments applied over the recipe")
     run.add_argument("--nproc", type=int, default=None, help="processes on this node (CPU: gloo; GPU: one per card)")
     run.add_argument("--gpus", default=None, help="GPU ids for paddle.distributed.launch, e.g. 0,1,2,3")
@@ -168,6 +169,16 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     from .args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_overrides
     from .task import get_task
 
+    user_values, user_file = {}, None
+    if task_name.endswith((".yaml", ".yml")) and os.path.isfile(task_name):
+        user_file, user_values = task_name, dict(load_yaml_mapping(task_name))
+        task_name = user_values.pop("task", None)
+        if not isinstance(task_name, str):
+            raise ConfigError(f"{user_file}: a recipe file given as `ptrain run FILE` names its task at the top "
+                              "(task: ernie), then any TrainingArguments fields and task options")
+        base = user_values.pop("recipe", None)
+        recipe = recipe or base
+        user_values.pop("description", None)
     task = get_task(task_name)
     recipe_path = task.recipe_path(recipe or task.default_recipe)
     doc = load_yaml_mapping(recipe_path)
@@ -183,6 +194,11 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
         arg_values.update(config_values)
     parsed = parse_overrides(overrides, arg_names + option_names)
     option_values = dict(doc.get("task") or {})
+    for key, value in user_values.items():  # the user's file: over the recipe, under --field flags
+        if key not in arg_names and key not in option_names:
+            raise ConfigError(f"{user_file}: '{key}' is neither a TrainingArguments field nor an option of task "
+                              f"{task.name} (see ptrain run {task.name} --dry_run)")
+        (arg_values if key in arg_names else option_values)[key] = value
     for key, value in parsed.items():
         (arg_values if key in arg_names else option_values)[key] = value
     for key in option_values:
