@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
+
+from trainer.checkpoint_io import MANIFEST, checkpoints_dir, list_checkpoints
 
 from .base import Callback
 
 logger = logging.getLogger("callbacks.checkpoint")
-_STEP = re.compile(r"^step-(\d+)$")
 
 
 class Checkpoint(Callback):
@@ -65,20 +65,19 @@ class Checkpoint(Callback):
         if not (trainer.is_main_process and trainer.args.save_total_limit):
             return
         trainer.wait_for_checkpoint()  # the newest must be complete before anything older goes
-        root = os.path.join(trainer.args.output_dir, "checkpoints")
-        if os.path.isdir(root):
-            keep = [f"step-{step}" for _, step in self.best]
-            self.rotate(root, trainer.args.save_total_limit, keep)
+        keep = [f"step-{step}" for _, step in self.best]
+        self.rotate(trainer.args.output_dir, trainer.args.save_total_limit, keep)
 
     @staticmethod
-    def rotate(root: str, keep_last: int, keep=()) -> list:
+    def rotate(output_dir: str, keep_last: int, keep=()) -> list:
         """Delete complete checkpoints older than the newest ``keep_last``, except the names in ``keep``;
         return the deleted names."""
-        steps = sorted((int(m.group(1)), name) for name in os.listdir(root)
-                       if (m := _STEP.match(name)) and os.path.isfile(os.path.join(root, name, "manifest.json")))
-        keep = {name for _, name in steps[-keep_last:]} | set(keep)
+        root = checkpoints_dir(output_dir)
+        complete = [os.path.basename(p) for p in list_checkpoints(output_dir)  # newest first
+                    if os.path.isfile(os.path.join(p, MANIFEST))]
+        keep = set(complete[:keep_last]) | set(keep)
         deleted = []
-        for _, name in steps[:-1]:  # the newest is never deleted
+        for name in complete[1:]:  # the newest is never deleted
             if name not in keep:
                 trash = os.path.join(root, f".deleting-{name}")
                 os.rename(os.path.join(root, name), trash)  # vanish atomically, then delete
