@@ -486,13 +486,7 @@ class Trainer:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
         preds, labels, loss_sum, count = self._run_inference(dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = {}
-        if loss_sum is not None:
-            metrics[f"{metric_key_prefix}_loss"] = float(loss_sum) / count
-        if self.compute_metrics is not None and labels is not None:
-            for key, value in self.compute_metrics(EvalPrediction(preds, labels)).items():
-                name = key if key.startswith(metric_key_prefix + "_") else f"{metric_key_prefix}_{key}"
-                metrics[name] = float(value)
+        metrics = self._metrics(preds, labels, loss_sum, count, metric_key_prefix)
         metrics[f"{metric_key_prefix}_samples"] = count
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
@@ -503,14 +497,19 @@ class Trainer:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
         self.fire(Event.PREDICT_BEGIN)
         preds, labels, loss_sum, count = self._run_inference(dataset, None, None)
-        metrics = {}
-        if loss_sum is not None:
-            metrics["test_loss"] = float(loss_sum) / count
-        if self.compute_metrics is not None and labels is not None:
-            metrics.update({f"test_{k}": float(v) for k, v in self.compute_metrics(EvalPrediction(preds, labels)).items()})
-        out = PredictionOutput(preds, labels, metrics)
+        out = PredictionOutput(preds, labels, self._metrics(preds, labels, loss_sum, count, "test"))
         self.fire(Event.PREDICT_END)
         return out
+
+    def _metrics(self, preds, labels, loss_sum: Optional[float], count: int, prefix: str) -> dict:
+        """``{prefix}_loss`` and ``compute_metrics``' values, each key prefixed once."""
+        metrics = {}
+        if loss_sum is not None:
+            metrics[f"{prefix}_loss"] = loss_sum / count
+        if self.compute_metrics is not None and labels is not None:
+            for key, value in self.compute_metrics(EvalPrediction(preds, labels)).items():
+                metrics[key if key.startswith(prefix + "_") else f"{prefix}_{key}"] = float(value)
+        return metrics
 
     def _run_inference(self, dataset, begin: Optional[Event], end: Optional[Event]):
         loader = self.get_eval_dataloader(dataset)
