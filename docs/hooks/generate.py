@@ -27,12 +27,13 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def training_arguments_table() -> str:
+def training_arguments_table(cls=None) -> str:
     """Every TrainingArguments field: name, type, default, meaning (its ``metadata['help']``)."""
-    from trainer.args import TrainingArguments
+    if cls is None:
+        from trainer.args import TrainingArguments as cls
 
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    for f in dataclasses.fields(TrainingArguments):
+    for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""The runnable code examples of the README and the docs.
+"""The runnable code examples of the docs (and the README: tests/test_readme.py).
 
 Convention: a fenced ```python block whose preceding line is ``<!-- runnable -->`` is a
 complete example; ``<!-- runnable: continued -->`` continues the previous runnable block of
@@ -25,9 +25,8 @@ class Example(NamedTuple):
 
 
 def markdown_files() -> List[str]:
-    files = [os.path.join(REPO, "README.md")]
-    files += sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
-    return files
+    """The docs pages (the README's example runs as a script in tests/test_readme.py)."""
+    return sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
 
 
 def examples(path: str) -> List[Example]:

@@ -1,4 +1,4 @@
-"""Every runnable example in the README and the docs runs as it is (see doc_examples.py for the convention).
+"""Every runnable example in the docs runs as it is (see doc_examples.py for the convention).
 
 Each chain runs in-process, in a fresh namespace and a temporary working directory, so
 relative output_dirs land there. They train tiny models on the digits that ship with
@@ -17,9 +17,8 @@ EXAMPLES = all_examples()
 
 
 def test_the_convention_finds_the_examples():
-    # the convention cannot silently stop matching: the README's example and the tutorial are found
+    # the convention cannot silently stop matching: the tutorial and the how-to guides are found
     files = {e.path for e in EXAMPLES}
-    assert "README.md" in files
     assert os.path.join("docs", "getting-started.md") in files
     assert len(EXAMPLES) >= 8, [f"{e.path}:{e.line}" for e in EXAMPLES]
 

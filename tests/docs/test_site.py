@@ -1,0 +1,165 @@
+"""The documentation site builds with ``mkdocs build --strict`` (offline), and its generated
+reference pages hold everything the code has: every TrainingArguments field with its default,
+every event, every ptrain command, every callback, every public Trainer method."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("mkdocstrings_handlers.python")
+pytest.importorskip("material")
+
+
+def _load_hook():
+    spec = importlib.util.spec_from_file_location("docs_generate", os.path.join(REPO, "docs", "hooks", "generate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+generate = _load_hook()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=REPO)
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-5000:]
+    print(f"mkdocs build --strict: {time.monotonic() - start:.1f} s")
+    return out
+
+
+def _page(site, name):
+    with open(os.path.join(site, name, "index.html"), encoding="utf-8") as f:
+        return f.read()
+
+
+def _text(page_html):
+    return html.unescape(re.sub(r"<[^>]+>", "", page_html))
+
+
+def test_the_site_builds_strict_and_offline(site):
+    assert os.path.isfile(os.path.join(site, "index.html"))
+    assert os.path.isfile(os.path.join(site, "search", "search_index.json"))
+
+
+def test_every_training_argument_is_in_the_reference_with_type_and_default(site):
+    from trainer import TrainingArguments
+
+    page = _page(site, "reference/training-arguments")
+    defaults = TrainingArguments()
+    for f in dataclasses.fields(TrainingArguments):
+        assert f'id="{f.name}"' in page, f.name
+        # the row holds the type, the default and the help text the code has today
+        cells = re.search(rf'id="{f.name}"></a><code>{f.name}</code></td>\s*<td><code>(.*?)</code></td>\s*'
+                          rf"<td><code>(.*?)</code></td>\s*<td>(.*?)</td>", page, re.S)
+        assert cells, f.name
+        assert html.unescape(cells.group(2)) == repr(getattr(defaults, f.name)), f.name
+        assert html.unescape(re.sub(r"<[^>]+>", "", cells.group(3))) == f.metadata["help"], f.name
+
+
+def test_the_arguments_table_follows_the_dataclass():
+    # a field added to the dataclass appears without touching the docs
+    from trainer import TrainingArguments
+
+    @dataclasses.dataclass
+    class WithExtra(TrainingArguments):
+        brand_new_option: int = dataclasses.field(default=7, metadata={"help": "a field the docs never mention"})
+
+    table = generate.training_arguments_table(WithExtra)
+    assert "`brand_new_option` | `int` | `7` | a field the docs never mention |" in table
+
+
+def test_an_unknown_generated_section_fails_the_build():
+    with pytest.raises(ValueError, match="unknown generated section 'nope'"):
+        generate.expand("<!-- generated: nope -->")
+
+
+def test_every_event_is_in_the_events_reference(site):
+    from trainer.events import EVENT_TABLE, Event
+
+    text = _text(_page(site, "reference/events"))
+    for event in Event:
+        when, mutable = EVENT_TABLE[event]
+        assert f"on_{event.value}" in text and when in text, event
+
+
+def test_every_trainer_state_field_is_in_the_reference(site):
+    from trainer import TrainerState
+
+    page = _page(site, "reference/state")
+    for f in dataclasses.fields(TrainerState):
+        assert f"<code>{f.name}</code>" in page, f.name
+
+
+def test_every_ptrain_command_and_option_is_in_the_reference(site):
+    commands = generate.ptrain_commands()
+    assert {"run", "list", "inspect", "predict", "verify-resume"} <= set(commands)
+    text = _text(_page(site, "reference/cli"))
+    for command in commands:
+        assert f"ptrain {command}" in text, command
+        for option in re.findall(r"(?<![\w-])--[a-z][a-z_-]+", generate._help_of([command, "--help"])):
+            assert option in text, (command, option)
+
+
+def test_every_public_trainer_method_is_documented(site):
+    from trainer import Trainer
+
+    page = _page(site, "reference/trainer")
+    public = [n for n, v in vars(Trainer).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    assert {"fit", "evaluate", "predict", "export", "save_checkpoint", "load_checkpoint", "compute_loss"} <= set(public)
+    for name in public:
+        assert f'id="trainer.trainer.Trainer.{name}"' in page, name
+    assert ":::" not in _text(page)  # the mkdocstrings directives were rendered, not left as text
+
+
+def test_every_callback_is_documented_with_its_order(site):
+    import callbacks
+    from callbacks import Callback
+    from callbacks.defaults import default_callbacks
+    from trainer import TrainingArguments
+
+    page = _page(site, "reference/callbacks")
+    source = open(os.path.join(REPO, "docs", "reference", "callbacks.md"), encoding="utf-8").read()
+    classes = [getattr(callbacks, n) for n in callbacks.__all__]
+    classes = [c for c in classes if isinstance(c, type) and issubclass(c, Callback) and c is not Callback]
+    defaults = {type(cb) for cb in default_callbacks(TrainingArguments(amp="bf16", warmup_steps=1))}
+    assert defaults <= set(classes)
+    for cls in classes:
+        assert f'id="{cls.__module__}.{cls.__name__}"' in page, cls.__name__   # its docstring, rendered
+        row = re.search(rf"^\| `{cls.__name__}` \| [^|]+ \| (\d+) \|", source, re.M)
+        assert row, f"{cls.__name__} is missing from the built-in callbacks table"
+        assert int(row.group(1)) == cls.order, f"{cls.__name__}: the table says order {row.group(1)}, the code {cls.order}"
+
+
+def test_every_page_is_in_the_nav():
+    import yaml
+
+    with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f.read().replace("!!python", "#"))
+
+    def pages(nav):
+        for item in nav:
+            for value in item.values() if isinstance(item, dict) else [item]:
+                yield from (pages(value) if isinstance(value, list) else [value])
+
+    in_nav = set(pages(config["nav"]))
+    docs = os.path.join(REPO, "docs")
+    on_disk = {os.path.relpath(os.path.join(d, f), docs).replace(os.sep, "/")
+               for d, _, files in os.walk(docs) for f in files if f.endswith(".md")}
+    assert on_disk == in_nav, (on_disk - in_nav, in_nav - on_disk)
