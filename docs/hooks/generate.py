@@ -122,3 +122,12 @@ def expand(markdown: str) -> str:
 
 def on_page_markdown(markdown, page, config, files, **kwargs):  # MkDocs hook
     return expand(markdown)
+
+
+_SPHINX_ROLE = re.compile(r":(?:class|meth|func|attr|mod|exc|data):(?=<code>)")
+_LITERAL_MARK = re.compile(r"(\w)::</p>")
+
+
+def on_page_content(html, page, config, files, **kwargs):  # MkDocs hook
+    """Docstrings use reST roles (``:class:`X```) and ``Example::``; show them as plain code and a colon."""
+    return _LITERAL_MARK.sub(r"\1:</p>", _SPHINX_ROLE.sub("", html))
