@@ -71,7 +71,7 @@ EVENT_TABLE = {
 
 
 def event_table_markdown() -> str:
-    """The table above as Markdown (the README embeds it)."""
+    """The table above as Markdown (docs/reference/events.md embeds it)."""
     rows = ["| event | fires | a callback may change |", "|---|---|---|"]
     for event, (when, mutable) in EVENT_TABLE.items():
         rows.append(f"| `on_{event.value}` | {when} | {mutable} |")
