@@ -163,3 +163,17 @@ def test_every_page_is_in_the_nav():
     on_disk = {os.path.relpath(os.path.join(d, f), docs).replace(os.sep, "/")
                for d, _, files in os.walk(docs) for f in files if f.endswith(".md")}
     assert on_disk == in_nav, (on_disk - in_nav, in_nav - on_disk)
+
+
+def test_the_build_needs_no_network():
+    # plugins that fetch at build time (material's privacy, social, optimize; any remote include) stay out,
+    # and no web fonts are linked: the site builds and reads offline
+    import yaml
+
+    with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    plugins = {next(iter(p)) if isinstance(p, dict) else p for p in config["plugins"]}
+    assert plugins <= {"search", "mkdocstrings"}, plugins
+    assert config["theme"]["font"] is False
+    snippets = next(e for e in config["markdown_extensions"] if isinstance(e, dict) and "pymdownx.snippets" in e)
+    assert not snippets["pymdownx.snippets"].get("url_download"), "snippets must not download"
