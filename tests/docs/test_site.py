@@ -151,7 +151,7 @@ def test_every_page_is_in_the_nav():
     import yaml
 
     with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as f:
-        config = yaml.safe_load(f.read().replace("!!python", "#"))
+        config = yaml.safe_load(f)
 
     def pages(nav):
         for item in nav:
