@@ -41,6 +41,7 @@ from safetensors.numpy import save_file as np_save_file
 from . import distributed as dist
 from .errors import ConfigError, DataError
 from .lock import pid_alive
+from .tensors import to_numpy
 
 logger = logging.getLogger("trainer.checkpoint")
 FORMAT_VERSION = 1
@@ -54,9 +55,7 @@ def checkpoints_dir(output_dir: str) -> str:
 
 # ---- tensors <-> numpy ---------------------------------------------------------
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
-    if t.dtype == paddle.bfloat16:  # numpy has no bfloat16; float32 holds every bfloat16 value exactly
-        return np.ascontiguousarray(t.astype("float32").numpy())
-    return np.ascontiguousarray(t.numpy())
+    return to_numpy(t, keep_float16=True)  # numpy has no bfloat16: float32 holds every bfloat16 value exactly
 
 
 def _param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
