@@ -25,6 +25,7 @@ import paddle
 from paddle.vision.models import resnet as paddle_resnet
 
 from trainer.errors import ConfigError
+from trainer.tensors import to_numpy
 
 logger = logging.getLogger("models.resnet")
 
@@ -125,7 +126,7 @@ def _read_weights(path: str) -> Dict[str, np.ndarray]:
                           "give a .safetensors or .pdparams file") from None
     if not isinstance(state, dict):
         raise ConfigError(f"--pretrained {path} holds a {type(state).__name__}, not a state dict")
-    return {k: (v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in state.items()}
+    return {k: (to_numpy(v) if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in state.items()}
 
 
 def _strip_prefix(weights: Dict[str, np.ndarray], own_keys: set) -> Dict[str, np.ndarray]:
