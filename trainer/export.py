@@ -373,7 +373,7 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
         input_spec = list(input_spec)
         batch = sample_batch if sample_batch is not None else _sample_batch_or_none(trainer)
         values, names = split_batch(model, batch) if batch is not None else (None, None)
-        if values is not None and len(values) != len(input_spec):
+        if values is not None and not _fits(values, input_spec):
             values = None  # the data does not line up with the given spec: check on synthetic inputs
     else:
         batch = sample_batch if sample_batch is not None else _sample_batch(trainer)
@@ -383,6 +383,18 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
                 "within %.3g (max abs diff)", result.path, os.path.basename(result.model_file), PARAMS_FILE,
                 result.max_abs_diff)
     return result
+
+
+def _fits(values: Sequence[Any], input_spec: Sequence[Any]) -> bool:
+    """Whether sample values match the spec in number and, for tensors, dtype (a dataset may give
+    uint8 pixels that the model normalizes itself while the export takes normalized float32)."""
+    if len(values) != len(input_spec):
+        return False
+    for value, spec in zip(values, input_spec):
+        if isinstance(spec, InputSpec) and hasattr(value, "dtype"):
+            if str(value.dtype).replace("paddle.", "") != str(spec.dtype).replace("paddle.", ""):
+                return False
+    return True
 
 
 def _sample_batch_or_none(trainer):
