@@ -11,6 +11,7 @@ GPUs). Rank and world size come from the launcher's environment
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -95,6 +96,37 @@ def wrap_model(model: paddle.nn.Layer, find_unused_parameters: bool = False) -> 
 
 def unwrap_model(model: paddle.nn.Layer) -> paddle.nn.Layer:
     return model._layers if isinstance(model, paddle.DataParallel) else model
+
+
+def broadcast_buffers(model: paddle.nn.Layer, src: int = 0) -> None:
+    """Give every rank rank ``src``'s non-trained state: buffers and frozen parameters (BatchNorm
+    running mean and variance, which paddle keeps as parameters with ``stop_gradient``).
+
+    ``paddle.DataParallel`` averages gradients but never syncs buffers, so each
+    rank's BatchNorm statistics follow its own shard; the trainer calls this
+    before evaluation and before saving, so every rank evaluates with the
+    statistics the checkpoint keeps. Buffers are packed per dtype: one
+    broadcast per dtype, whatever the number of layers. A collective: every
+    rank calls it; nothing happens in a single process.
+    """
+    if not is_distributed():
+        return
+    init_distributed()
+    # paddle's BatchNorm keeps its statistics as non-trainable parameters (stop_gradient), not buffers
+    state = [p for p in model.parameters() if p.stop_gradient] + [b for b in model.buffers() if b is not None and b.persistable]
+    by_dtype: dict = {}
+    for tensor in state:
+        if math.prod(tensor.shape) > 0:
+            by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    with paddle.no_grad():
+        for buffers in by_dtype.values():
+            flat = paddle.concat([b.reshape([-1]) for b in buffers])
+            dist.broadcast(flat, src=src)
+            offset = 0
+            for b in buffers:
+                n = math.prod(b.shape)
+                paddle.assign(flat[offset:offset + n].reshape(b.shape), output=b)
+                offset += n
 
 
 def barrier() -> None:

@@ -486,6 +486,7 @@ class Trainer:
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
+        dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
         preds, labels, loss_sum, count = self._run_inference(dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
         metrics = self._metrics(preds, labels, loss_sum, count, metric_key_prefix)
         metrics[f"{metric_key_prefix}_samples"] = count
@@ -568,6 +569,7 @@ class Trainer:
         self.fire(Event.SAVE_BEGIN)
         root = ckpt.checkpoints_dir(self.args.output_dir)
         final = path or os.path.join(root, f"step-{self.state.global_step}")
+        dist.broadcast_buffers(self.model)  # the saved BatchNorm statistics are the ones every rank uses
         snap = ckpt.snapshot(self)
         if self.is_main_process:
             self._writer.wait()
