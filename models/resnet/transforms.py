@@ -59,6 +59,7 @@ class PixelsCHW:
         return np.ascontiguousarray(array.transpose(2, 0, 1))
 
 
+@paddle.jit.not_to_static  # eager only: an export takes normalized float32 and never runs this
 def normalize_pixels(pixels: paddle.Tensor, mean: Sequence[float] = IMAGENET_MEAN,
                      std: Sequence[float] = IMAGENET_STD) -> paddle.Tensor:
     """NCHW uint8 pixels -> float32 ``(x / 255 - mean) / std``, computed where ``pixels`` are (the device).
