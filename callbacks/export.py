@@ -20,7 +20,8 @@ Options:
 - ``sample_batch``: the batch to check with (default: the first samples of
   ``eval_dataset``, else ``train_dataset``).
 - ``rtol``, ``atol``: the tolerance of the check (default None: 1e-5 on CPU, 1e-2 on
-  a GPU, where the check runs on the training card; see ``trainer.export``).
+  a GPU, where the check runs on the training card and tighter values are raised
+  to 1e-2; see ``trainer.export``).
 
 State saved: none.
 
