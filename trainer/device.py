@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping
 
+from .args import DEVICES  # the one list of device choices (validated there for TrainingArguments)
 from .errors import ConfigError
-
-DEVICES = ("auto", "cpu", "gpu")
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,17 @@ def test_clip_gradients_below_the_limit_leaves_gradients_alone(tmp_path):
     trainer.clip_gradients(1e6)
     for name, g in _grads(model).items():
         np.testing.assert_array_equal(g, before[name])
+
+
+def test_docstring_examples_of_the_gpu_seams():
+    import doctest
+
+    import models.resnet.transforms
+    import trainer.clipping
+    import trainer.device
+    import trainer.export
+    import trainer.tensors
+
+    for module in (trainer.clipping, trainer.device, trainer.tensors, trainer.export, models.resnet.transforms):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
