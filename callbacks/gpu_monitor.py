@@ -20,17 +20,16 @@ Events:
 
 Readers (anything with ``sample() -> dict`` and ``close()``):
 
-- :class:`NvmlReader` (when the trainer runs on a GPU and NVML loads): per GPU
-  visible to this process (``CUDA_VISIBLE_DEVICES`` indices or UUIDs, else every
-  GPU of the node), ``gpu{i}_util`` (%), ``gpu{i}_mem_used_mb``,
+- :class:`NvmlReader` (when the trainer runs on a GPU and NVML loads): the card
+  of the trainer's device only (found by the PCI bus id CUDA reports for it, not
+  by NVML's numbering), ``gpu{i}_util`` (%), ``gpu{i}_mem_used_mb``,
   ``gpu{i}_mem_total_mb``, ``gpu{i}_power_w`` and ``gpu{i}_temp_c`` (when the
   card reports them). ``i`` is paddle's device number (``gpu:i``).
 - :class:`PsutilReader` (CPU runs, or NVML unavailable): ``cpu_percent`` of the
   training process (100 = one core busy) and its resident memory ``rss_mb``.
 
-Sampling runs on the main process only: NVML sees every GPU of the node, so on
-one machine that covers all ranks (on several nodes, node 0's); psutil figures
-are those of the rank-0 process. The stall share is measured on every rank and
+Sampling runs on the main process only: the figures are those of rank 0's card
+(NVML) or process (psutil). The stall share is measured on every rank and
 summed across ranks at log time (one small all-reduce per record, on the
 logging step that already syncs), so all ranks agree on it.
 
@@ -55,7 +54,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 from trainer.errors import ConfigError
 
@@ -67,56 +66,76 @@ _MB = float(1 << 20)
 
 
 class NvmlReader:
-    """Per-GPU utilization, memory, power and temperature through NVML.
+    """Utilization, memory, power and temperature of this process's card through NVML.
+
+    NVML numbers cards in PCI order and sees every card of the node (other
+    jobs' too); CUDA numbers them fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+    and within ``CUDA_VISIBLE_DEVICES``. So the card is found by its PCI bus id,
+    which CUDA reports for the trainer's device (``gpu:N``): ``bus_id_of(N)``
+    (default :func:`cuda_pci_bus_id`, the CUDA driver's
+    ``cuDeviceGetPCIBusId``), then ``nvmlDeviceGetHandleByPciBusId_v2``. Keys are
+    ``gpu{N}_util`` (%), ``gpu{N}_mem_used_mb``, ``gpu{N}_mem_total_mb``,
+    ``gpu{N}_power_w``, ``gpu{N}_temp_c`` (the last two when the card reports them).
 
     ``nvml`` is the NVML module (default: ``pynvml`` from nvidia-ml-py); any
-    object with the same functions works, which is how tests drive this
-    class without a GPU. Construction raises when NVML cannot start (no driver)
-    or finds no GPU.
+    object with the same functions works, which is how tests drive this class
+    without a GPU. Construction raises when NVML cannot start (no driver) or
+    the card cannot be found.
     """
 
     source = "nvml"
 
-    def __init__(self, devices: Optional[List[str]] = None, nvml=None):
+    def __init__(self, device: str = "gpu:0", nvml=None, bus_id_of: Optional[Callable[[int], str]] = None):
         if nvml is None:
             import pynvml as nvml
         self._nvml = nvml
+        self.index = int(str(device).partition(":")[2] or 0)
+        self.bus_id = (bus_id_of or cuda_pci_bus_id)(self.index)
         nvml.nvmlInit()
         try:
-            wanted = devices if devices is not None else _visible_devices()
-            if wanted is None:
-                wanted = [str(i) for i in range(nvml.nvmlDeviceGetCount())]
-            self._handles = [self._handle(d) for d in wanted]
-            if not self._handles:
-                raise RuntimeError("NVML sees no GPU for this process")
+            self._handle = nvml.nvmlDeviceGetHandleByPciBusId_v2(self.bus_id)
         except BaseException:
             nvml.nvmlShutdown()
             raise
 
-    def _handle(self, device: str):
-        if device.isdigit():
-            return self._nvml.nvmlDeviceGetHandleByIndex(int(device))
-        return self._nvml.nvmlDeviceGetHandleByUUID(device)
-
     def sample(self) -> Dict[str, float]:
-        nvml, out = self._nvml, {}
-        for i, handle in enumerate(self._handles):
-            out[f"gpu{i}_util"] = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            out[f"gpu{i}_mem_used_mb"] = mem.used / _MB
-            out[f"gpu{i}_mem_total_mb"] = mem.total / _MB
-            try:  # not every card reports these
-                out[f"gpu{i}_power_w"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
-            except Exception:  # noqa: BLE001 - NVMLError_NotSupported and kin
-                pass
-            try:
-                out[f"gpu{i}_temp_c"] = float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-            except Exception:  # noqa: BLE001
-                pass
+        nvml, handle, key = self._nvml, self._handle, f"gpu{self.index}"
+        out = {f"{key}_util": float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)}
+        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        out[f"{key}_mem_used_mb"] = mem.used / _MB
+        out[f"{key}_mem_total_mb"] = mem.total / _MB
+        try:  # not every card reports these
+            out[f"{key}_power_w"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported and kin
+            pass
+        try:
+            out[f"{key}_temp_c"] = float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        except Exception:  # noqa: BLE001
+            pass
         return out
 
     def close(self) -> None:
         self._nvml.nvmlShutdown()
+
+
+def cuda_pci_bus_id(ordinal: int) -> str:
+    """PCI bus id (``0000:3B:00.0``) of CUDA device ``ordinal`` of this process, as paddle's
+    ``gpu:<ordinal>`` numbers it (same ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER``),
+    from the CUDA driver library the NVIDIA driver installs (``libcuda.so.1``)."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+
+    def check(code: int, call: str) -> None:
+        if code != 0:
+            raise RuntimeError(f"{call} returned CUDA error {code}")
+
+    check(lib.cuInit(0), "cuInit")
+    device = ctypes.c_int()
+    check(lib.cuDeviceGet(ctypes.byref(device), int(ordinal)), f"cuDeviceGet({ordinal})")
+    buffer = ctypes.create_string_buffer(32)
+    check(lib.cuDeviceGetPCIBusId(buffer, len(buffer), device), "cuDeviceGetPCIBusId")
+    return buffer.value.decode()
 
 
 class PsutilReader:
@@ -139,21 +158,14 @@ class PsutilReader:
         pass
 
 
-def default_reader(device: str = "gpu"):
-    """NVML for a GPU run when it starts, else psutil (the reason is logged at INFO)."""
+def default_reader(device: str = "gpu:0"):
+    """NVML on ``device``'s card for a GPU run when it starts, else psutil (the reason is logged at INFO)."""
     if str(device).startswith("gpu"):
         try:
-            return NvmlReader()
+            return NvmlReader(device)
         except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError_*, no device: fall back
             logger.info("NVML unavailable (%s: %s); monitoring the process with psutil", type(exc).__name__, exc)
     return PsutilReader()
-
-
-def _visible_devices() -> Optional[List[str]]:
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return None
-    return [d.strip() for d in value.split(",") if d.strip() and d.strip() != "-1"]
 
 
 class GPUUtilizationMonitor(Callback):

@@ -10,12 +10,20 @@ GPUs). Rank and world size come from the launcher's environment
 
 from __future__ import annotations
 
+import logging
+import math
 import os
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
+
+from .device import plan_device
+
+# INFO on every rank, also where the CLI keeps other ranks' logs at WARNING: which card each rank uses
+device_logger = logging.getLogger("trainer.device")
+device_logger.setLevel(logging.INFO)
 
 
 def get_rank() -> int:
@@ -51,19 +59,31 @@ def init_distributed() -> None:
         _initialized = True
 
 
-def select_device(device: str = "auto") -> str:
-    """Set paddle's device: ``gpu:<local rank>`` when asked or available, else cpu."""
-    has_gpu = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
-    if device == "gpu" and not has_gpu:
-        from .errors import ConfigError
+_device: Optional[Tuple[str, str]] = None   # (requested, place) once decided in this process
 
-        raise ConfigError("device='gpu' but paddle sees no CUDA GPU: install paddlepaddle-gpu or use --device cpu")
-    if device == "gpu" or (device == "auto" and has_gpu):
-        name = f"gpu:{get_local_rank()}"
-    else:
-        name = "cpu"
-    paddle.set_device(name)
-    return name
+
+def select_device(device: str = "auto") -> str:
+    """Set paddle's device from the launcher's assignment (``trainer.device.plan_device``); return it.
+
+    Decided once per process and logged on every rank (logger ``trainer.device``):
+    call it before any tensor is made (``ptrain`` does, before building the model;
+    ``Trainer`` calls it again, which then only returns the decision).
+    """
+    global _device
+    if _device is not None and _device[0] == device:
+        return _device[1]
+    plan = plan_device(os.environ, paddle.device.is_compiled_with_cuda(), _cuda_device_count(), device)
+    for key, value in plan.env.items():  # read by init_parallel_env, which runs later (at the wrap)
+        os.environ[key] = value
+    paddle.set_device(plan.place)
+    _device = (device, plan.place)
+    device_logger.info("rank %d (local rank %d) trains on %s: %s (CUDA_VISIBLE_DEVICES=%s)", get_rank(),
+                       get_local_rank(), plan.place, plan.reason, os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+    return plan.place
+
+
+def _cuda_device_count() -> int:
+    return paddle.device.cuda.device_count() if paddle.device.is_compiled_with_cuda() else 0
 
 
 def wrap_model(model: paddle.nn.Layer, find_unused_parameters: bool = False) -> paddle.nn.Layer:
@@ -76,6 +96,37 @@ def wrap_model(model: paddle.nn.Layer, find_unused_parameters: bool = False) -> 
 
 def unwrap_model(model: paddle.nn.Layer) -> paddle.nn.Layer:
     return model._layers if isinstance(model, paddle.DataParallel) else model
+
+
+def broadcast_buffers(model: paddle.nn.Layer, src: int = 0) -> None:
+    """Give every rank rank ``src``'s non-trained state: buffers and frozen parameters (BatchNorm
+    running mean and variance, which paddle keeps as parameters with ``stop_gradient``).
+
+    ``paddle.DataParallel`` averages gradients but never syncs buffers, so each
+    rank's BatchNorm statistics follow its own shard; the trainer calls this
+    before evaluation and before saving, so every rank evaluates with the
+    statistics the checkpoint keeps. Buffers are packed per dtype: one
+    broadcast per dtype, whatever the number of layers. A collective: every
+    rank calls it; nothing happens in a single process.
+    """
+    if not is_distributed():
+        return
+    init_distributed()
+    # paddle's BatchNorm keeps its statistics as non-trainable parameters (stop_gradient), not buffers
+    state = [p for p in model.parameters() if p.stop_gradient] + [b for b in model.buffers() if b is not None and b.persistable]
+    by_dtype: dict = {}
+    for tensor in state:
+        if math.prod(tensor.shape) > 0:
+            by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    with paddle.no_grad():
+        for buffers in by_dtype.values():
+            flat = paddle.concat([b.reshape([-1]) for b in buffers])
+            dist.broadcast(flat, src=src)
+            offset = 0
+            for b in buffers:
+                n = math.prod(b.shape)
+                paddle.assign(flat[offset:offset + n].reshape(b.shape), output=b)
+                offset += n
 
 
 def barrier() -> None:

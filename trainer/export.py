@@ -8,6 +8,15 @@ loader), runs both on the same sample batch and raises
 tolerance (``|deployed - dygraph| <= atol + rtol * |dygraph|``, element-wise,
 as ``np.testing.assert_allclose``). Nothing is published unless it matches.
 
+The check runs where the model trained (:func:`check_settings`): on a GPU
+the predictor runs on the same card and the default tolerance is 1e-2 (GPU
+kernels differ between the dygraph and the inference runtime, and Ampere+
+cards use TF32 for float32 matmuls and convolutions by default); on CPU it is
+1e-5. A model whose parameters are float16 or bfloat16 (AMP O2) is exported as
+a float32 copy, so the predictor takes and returns float32 as for any model;
+its weights hold the low-precision values, and the dygraph reference is that
+float32 copy's output.
+
 Files in the export directory (default ``output_dir/inference``)::
 
     model.json        the program; paddle 3 writes PIR JSON (model.pdmodel with
@@ -32,6 +41,7 @@ dropped). Load an export with :func:`create_predictor` and
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -46,6 +56,7 @@ from paddle.static import InputSpec
 
 from . import distributed as dist
 from .errors import ConfigError, DataError, TrainingError
+from .tensors import to_numpy
 
 logger = logging.getLogger("trainer")
 
@@ -69,6 +80,7 @@ class ExportResult:
     rtol: float
     atol: float
     sample_rows: int
+    device: str = "cpu"          # where the predictor ran for the check (the training device)
     paddle: str = field(default_factory=lambda: paddle.__version__)
 
 
@@ -200,18 +212,64 @@ def _tensors(outputs: Any) -> List[paddle.Tensor]:
     return [t for t in flat if isinstance(t, paddle.Tensor)]
 
 
+# ---- where and how closely the check compares ---------------------------------------------------
+TOLERANCES = {"cpu": 1e-5, "gpu": 1e-2}
+
+
+def check_settings(device: str, rtol: Optional[float] = None, atol: Optional[float] = None) -> tuple:
+    """``(predictor device, rtol, atol)`` for a model trained on ``device`` (``cpu`` or ``gpu:N``).
+
+    The predictor runs on the training device (a GPU model is checked on its
+    card, not against a CPU predictor); tolerances not given default to
+    ``TOLERANCES`` of that device kind. On a GPU a tolerance given tighter than
+    the GPU default is raised to it (tolerances in recipes are written for CPU
+    runs; TF32 and the two runtimes' kernels cannot match more closely).
+
+        >>> check_settings("gpu:3")
+        ('gpu:3', 0.01, 0.01)
+        >>> check_settings("gpu:0", rtol=1e-4, atol=0.05)
+        ('gpu:0', 0.01, 0.05)
+        >>> check_settings("cpu", atol=1e-4)
+        ('cpu', 1e-05, 0.0001)
+    """
+    kind = "gpu" if device.startswith("gpu") else "cpu"
+    predictor_device = device if kind == "gpu" else "cpu"
+    default = TOLERANCES[kind]
+
+    def pick(given: Optional[float]) -> float:
+        if given is None:
+            return default
+        return max(given, default) if kind == "gpu" else given
+
+    return predictor_device, pick(rtol), pick(atol)
+
+
+def float32_model(model: paddle.nn.Layer) -> paddle.nn.Layer:
+    """``model`` itself when its floating parameters and buffers are float32, else a float32 copy
+    (AMP O2 leaves float16/bfloat16 weights; the deployed model takes float32 inputs)."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    if not any(t.dtype in (paddle.float16, paddle.bfloat16) for t in tensors):
+        return model
+    copy_ = copy.deepcopy(model)
+    copy_.to(dtype="float32")
+    return copy_
+
+
 # ---- export ----------------------------------------------------------------------------------
 def export_model(model: paddle.nn.Layer, path: str, input_spec: Optional[Sequence[Any]] = None,
                  sample_inputs: Optional[Sequence[Any]] = None, input_names: Optional[Sequence[str]] = None,
-                 rtol: float = 1e-5, atol: float = 1e-5) -> ExportResult:
+                 rtol: Optional[float] = None, atol: Optional[float] = None) -> ExportResult:
     """Save ``model`` to directory ``path``, reload it with ``paddle.inference``, compare; return the result.
 
     ``input_spec``: the positional inputs of ``model.forward`` (InputSpecs, or
     plain values for non-tensor arguments); read off ``sample_inputs`` when
     None. ``sample_inputs``: positional inputs for the check; synthesised from
     the spec when None. The files are written to a temporary directory next to
-    ``path`` and renamed into place only after the check passed.
+    ``path`` and renamed into place only after the check passed. ``rtol`` /
+    ``atol``: None for the training device's default (:func:`check_settings`).
     """
+    device, rtol, atol = check_settings(paddle.get_device(), rtol, atol)
+    model = float32_model(model)
     if input_spec is None and sample_inputs is None:
         raise ConfigError("export_model needs input_spec or sample_inputs")
     if input_spec is None:
@@ -239,8 +297,9 @@ def export_model(model: paddle.nn.Layer, path: str, input_spec: Optional[Sequenc
                                 "matches forward, or make forward convertible (see paddle.jit.to_static)") from exc
         with paddle.no_grad():
             raw = model(*sample_inputs)
-        expected = [t.numpy() for t in _tensors(raw)]
-        result = _check(tmp, input_spec, sample_inputs, expected, _output_keys(raw, len(expected)), rtol, atol)
+        expected = [to_numpy(t) for t in _tensors(raw)]
+        result = _check(tmp, input_spec, sample_inputs, expected, _output_keys(raw, len(expected)), rtol, atol,
+                        device)
         _publish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -263,9 +322,9 @@ def _output_keys(outputs: Any, n: int) -> List[str]:
 
 
 def _check(tmp: str, input_spec, sample_inputs, expected: List[np.ndarray], keys: List[str],
-           rtol: float, atol: float) -> ExportResult:
+           rtol: float, atol: float, device: str = "cpu") -> ExportResult:
     specs = [(s, v) for s, v in zip(input_spec, sample_inputs) if isinstance(s, InputSpec)]
-    predictor = create_predictor(tmp)
+    predictor = create_predictor(tmp, device=device)
     feed_names = list(predictor.get_input_names())
     names = [s.name for s, _ in specs]
     if sorted(names) != sorted(feed_names):  # unnamed specs: the predictor names them; keep spec order
@@ -292,7 +351,7 @@ def _check(tmp: str, input_spec, sample_inputs, expected: List[np.ndarray], keys
                                    "dtype": str(s.dtype).replace("paddle.", "")} for s, _ in specs],
                           outputs=[{"name": n, "key": k, "shape": [-1] + list(a.shape[1:]), "dtype": str(a.dtype)}
                                    for n, k, a in zip(fetch_names, keys, got)],
-                          max_abs_diff=max_diff, rtol=rtol, atol=atol,
+                          max_abs_diff=max_diff, rtol=rtol, atol=atol, device=device,
                           sample_rows=int(specs[0][1].shape[0]) if specs and len(specs[0][1].shape) else 1)
     report = asdict(result)
     report.update(model_file=os.path.basename(model_file), params_file=PARAMS_FILE)
@@ -313,7 +372,8 @@ def _publish(tmp: str, final: str) -> None:
 
 
 def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional[Sequence[Any]] = None,
-                       sample_batch: Any = None, rtol: float = 1e-5, atol: float = 1e-5) -> Optional[ExportResult]:
+                       sample_batch: Any = None, rtol: Optional[float] = None,
+                       atol: Optional[float] = None) -> Optional[ExportResult]:
     """Export ``trainer.model`` (see the module docstring); None on ranks other than 0, which write nothing."""
     path = path or os.path.join(trainer.args.output_dir, "inference")
     if not dist.is_main_process():
@@ -323,7 +383,7 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
         input_spec = list(input_spec)
         batch = sample_batch if sample_batch is not None else _sample_batch_or_none(trainer)
         values, names = split_batch(model, batch) if batch is not None else (None, None)
-        if values is not None and len(values) != len(input_spec):
+        if values is not None and not _fits(values, input_spec):
             values = None  # the data does not line up with the given spec: check on synthetic inputs
     else:
         batch = sample_batch if sample_batch is not None else _sample_batch(trainer)
@@ -333,6 +393,18 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
                 "within %.3g (max abs diff)", result.path, os.path.basename(result.model_file), PARAMS_FILE,
                 result.max_abs_diff)
     return result
+
+
+def _fits(values: Sequence[Any], input_spec: Sequence[Any]) -> bool:
+    """Whether sample values match the spec in number and, for tensors, dtype (a dataset may give
+    uint8 pixels that the model normalizes itself while the export takes normalized float32)."""
+    if len(values) != len(input_spec):
+        return False
+    for value, spec in zip(values, input_spec):
+        if isinstance(spec, InputSpec) and hasattr(value, "dtype"):
+            if str(value.dtype).replace("paddle.", "") != str(spec.dtype).replace("paddle.", ""):
+                return False
+    return True
 
 
 def _sample_batch_or_none(trainer):

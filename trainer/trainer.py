@@ -29,6 +29,7 @@ from callbacks.defaults import default_callbacks
 from . import distributed as dist
 from .args import TrainingArguments
 from .checkpoint_io import CheckpointWriter
+from .clipping import clip_grad_norm
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
@@ -36,6 +37,7 @@ from .events import Event
 from .lock import RunLock
 from .schedules import build_scheduler
 from .state import TrainerState
+from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
 
 logger = logging.getLogger("trainer")
 
@@ -422,8 +424,7 @@ class Trainer:
 
         Returns the norm before clipping as a device tensor (no host sync).
         """
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        return paddle.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
+        return clip_grad_norm(self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())
@@ -485,6 +486,7 @@ class Trainer:
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
+        dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
         preds, labels, loss_sum, count = self._run_inference(dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
         metrics = self._metrics(preds, labels, loss_sum, count, metric_key_prefix)
         metrics[f"{metric_key_prefix}_samples"] = count
@@ -567,6 +569,7 @@ class Trainer:
         self.fire(Event.SAVE_BEGIN)
         root = ckpt.checkpoints_dir(self.args.output_dir)
         final = path or os.path.join(root, f"step-{self.state.global_step}")
+        dist.broadcast_buffers(self.model)  # the saved BatchNorm statistics are the ones every rank uses
         snap = ckpt.snapshot(self)
         if self.is_main_process:
             self._writer.wait()
@@ -671,10 +674,3 @@ def _concat(parts: List[Any]):
         return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
     return paddle.concat(parts, axis=0)
 
-
-def _to_numpy(value):
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_numpy(v) for v in value)
-    return value.numpy()

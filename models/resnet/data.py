@@ -16,6 +16,8 @@
 
 ``build_datasets(options)`` returns a :class:`DataBundle` with the three
 datasets, the class names and the preprocessing ``ptrain predict`` repeats.
+Every dataset yields uint8 CHW images: the model normalizes them on the
+device (``models.resnet.transforms.normalize_pixels``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import paddle
 from trainer.errors import DataError
 
 from .imagefolder import ImageFolderDataset
-from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, ToCHW, eval_transform, imagefolder_train
+from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, eval_transform, imagefolder_train
 
 logger = logging.getLogger("models.resnet")
 
@@ -42,13 +44,13 @@ CIFAR10_FILE = "cifar-10-python.tar.gz"
 
 
 class ArrayImageDataset(paddle.io.Dataset):
-    """(CHW float32 image, int64 label) pairs from in-memory HWC uint8 images."""
+    """(CHW uint8 image, int64 label) pairs from in-memory HWC uint8 images (the model normalizes on the device)."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, augment: Optional[ArrayAugment] = None):
         self.images = np.ascontiguousarray(images, dtype="uint8")
         self.labels = np.ascontiguousarray(labels, dtype="int64")
         self.augment = augment
-        self.to_chw = ToCHW()
+        self.to_chw = PixelsCHW()
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -25,6 +25,9 @@ import paddle
 from paddle.vision.models import resnet as paddle_resnet
 
 from trainer.errors import ConfigError
+from trainer.tensors import to_numpy
+
+from .transforms import normalize_pixels
 
 logger = logging.getLogger("models.resnet")
 
@@ -32,11 +35,23 @@ DEPTHS = (18, 34, 50, 101, 152)
 PRETRAINED_NAMES = ("imagenet",)
 
 
+class ResNet(paddle_resnet.ResNet):
+    """paddle.vision's ResNet (same layers, same state_dict) that also takes uint8 NCHW pixels,
+    normalized on the device with the ImageNet statistics; float32 input is taken as normalized."""
+
+    def forward(self, x):
+        if x.dtype == paddle.uint8:
+            x = normalize_pixels(x)
+        return super().forward(x)
+
+
 def build_resnet(depth: int = 50, num_classes: int = 1000, zero_init_residual: bool = False) -> paddle.nn.Layer:
-    """``paddle.vision.models.resnet{depth}(num_classes=...)``, optionally zero-initialized residual branches."""
+    """``paddle.vision.models.resnet{depth}(num_classes=...)`` as :class:`ResNet`, optionally
+    zero-initialized residual branches."""
     if depth not in DEPTHS:
         raise ConfigError(f"depth={depth!r} is not allowed: choose one of {', '.join(map(str, DEPTHS))}")
-    model = getattr(paddle_resnet, f"resnet{depth}")(pretrained=False, num_classes=num_classes)
+    block = paddle_resnet.BasicBlock if depth < 50 else paddle_resnet.BottleneckBlock
+    model = ResNet(block, depth, num_classes=num_classes)
     if zero_init_residual:
         for norm in last_block_norms(model):
             norm.weight.set_value(paddle.zeros_like(norm.weight))
@@ -125,7 +140,7 @@ def _read_weights(path: str) -> Dict[str, np.ndarray]:
                           "give a .safetensors or .pdparams file") from None
     if not isinstance(state, dict):
         raise ConfigError(f"--pretrained {path} holds a {type(state).__name__}, not a state dict")
-    return {k: (v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in state.items()}
+    return {k: (to_numpy(v) if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in state.items()}
 
 
 def _strip_prefix(weights: Dict[str, np.ndarray], own_keys: set) -> Dict[str, np.ndarray]:

@@ -102,9 +102,14 @@ def test_figures_of_a_gpu_reader_reach_the_logs_and_metrics_jsonl(tmp_path):
 
 
 class FakeNvml:
-    """The few pynvml functions NvmlReader calls, for a node with 2 GPUs (GPU 1 reports no power)."""
+    """The few pynvml functions NvmlReader calls, for a node with 2 GPUs in NVML's PCI order
+    (GPU 1, at bus 0000:3B:00.0, reports no power)."""
 
     NVML_TEMPERATURE_GPU = 0
+    BUSES = ["00000000:1A:00.0", "00000000:3B:00.0"]
+
+    class NVMLError_NotFound(Exception):
+        pass
 
     class NVMLError_NotSupported(Exception):
         pass
@@ -118,14 +123,12 @@ class FakeNvml:
     def nvmlShutdown(self):
         self.calls.append("shutdown")
 
-    def nvmlDeviceGetCount(self):
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return ("handle", i)
-
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        return ("handle", 1 if uuid == "GPU-bbbb" else 0)
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus):
+        domain, rest = bus.split(":", 1)  # NVML reads the domain as hex of any width, as CUDA's 0000:3B:00.0
+        for i, known in enumerate(self.BUSES):
+            if known.split(":", 1)[1].lower() == rest.lower() and int(known.split(":")[0], 16) == int(domain, 16):
+                return ("handle", i)
+        raise self.NVMLError_NotFound("Not Found")
 
     def nvmlDeviceGetUtilizationRates(self, h):
         return types.SimpleNamespace(gpu=[40, 95][h[1]], memory=10)
@@ -142,22 +145,27 @@ class FakeNvml:
         return [55, 71][h[1]]
 
 
-def test_nvml_reader_names_and_converts_the_figures_of_every_gpu(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+# CUDA numbers the cards fastest first: here CUDA's device 0 is the card NVML lists second
+CUDA_BUS = {0: "0000:3B:00.0", 1: "0000:1A:00.0"}
+
+
+def test_nvml_reader_samples_this_ranks_card_found_by_its_pci_bus_id():
     nvml = FakeNvml()
-    reader = NvmlReader(nvml=nvml)
-    assert reader.sample() == {
-        "gpu0_util": 40.0, "gpu0_mem_used_mb": 1024.0, "gpu0_mem_total_mb": 16384.0, "gpu0_power_w": 150.5, "gpu0_temp_c": 55.0,
-        "gpu1_util": 95.0, "gpu1_mem_used_mb": 3072.0, "gpu1_mem_total_mb": 16384.0, "gpu1_temp_c": 71.0}
+    reader = NvmlReader("gpu:0", nvml=nvml, bus_id_of=CUDA_BUS.__getitem__)
+    assert reader.sample() == {"gpu0_util": 95.0, "gpu0_mem_used_mb": 3072.0, "gpu0_mem_total_mb": 16384.0,
+                               "gpu0_temp_c": 71.0}  # NVML's index 1, not index 0; no other card
     reader.close()
     assert nvml.calls == ["init", "shutdown"]
+    figures = NvmlReader("gpu:1", nvml=FakeNvml(), bus_id_of=CUDA_BUS.__getitem__).sample()
+    assert figures == {"gpu1_util": 40.0, "gpu1_mem_used_mb": 1024.0, "gpu1_mem_total_mb": 16384.0,
+                       "gpu1_power_w": 150.5, "gpu1_temp_c": 55.0}
 
 
-@pytest.mark.parametrize("visible", ["1", "GPU-bbbb"])
-def test_nvml_reader_follows_cuda_visible_devices(monkeypatch, visible):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    figures = NvmlReader(nvml=FakeNvml()).sample()
-    assert figures["gpu0_util"] == 95.0 and not any(k.startswith("gpu1") for k in figures)  # paddle's gpu:0 is NVML's 1
+def test_nvml_reader_fails_cleanly_when_the_card_is_not_found():
+    nvml = FakeNvml()
+    with pytest.raises(FakeNvml.NVMLError_NotFound):
+        NvmlReader("gpu:0", nvml=nvml, bus_id_of=lambda i: "0000:99:00.0")
+    assert nvml.calls == ["init", "shutdown"]
 
 
 def test_no_nvidia_driver_here_falls_back_to_psutil():

@@ -17,7 +17,8 @@ from models.resnet import data as rdata
 from models.resnet.imagefolder import MAX_CONSECUTIVE_BAD, BadImageError, ImageFolderDataset
 from models.resnet.task_callbacks import BadImages
 from models.resnet.task import ResNetOptions
-from models.resnet.transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, ToCHW, eval_transform, imagefolder_train
+from models.resnet.transforms import (IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, ToCHW, eval_transform,
+                                      imagefolder_train, normalize_pixels)
 from trainer.errors import ConfigError, DataError
 
 
@@ -42,7 +43,7 @@ def test_digits_render_as_three_channel_images_of_the_requested_size():
     bundle = rdata.digits_data(ResNetOptions(depth=18))
     assert (len(bundle.train), len(bundle.val), len(bundle.test)) == (1257, 180, 360)
     x, y = bundle.train[0]
-    assert x.shape == (3, 32, 32) and x.dtype == np.float32 and y.dtype == np.int64
+    assert x.shape == (3, 32, 32) and x.dtype == np.uint8 and y.dtype == np.int64  # normalized on the device
     assert bundle.preprocess["class_names"] == [str(d) for d in range(10)] and bundle.preprocess["image_size"] == 32
 
 
@@ -75,7 +76,7 @@ def test_transforms_on_png_and_jpeg_files_of_any_mode(tmp_path):
         image = read_rgb(str(tmp_path / name))
         for t in (train, evaluate):
             out = t(image)
-            assert out.shape == (3, 224, 224) and out.dtype == np.float32
+            assert out.shape == (3, 224, 224) and out.dtype == np.uint8
     small = eval_transform(32, 32)(read_rgb(str(tmp_path / "a.png")))
     assert small.shape == (3, 32, 32)
 
@@ -88,10 +89,22 @@ def test_to_chw_normalizes_with_the_imagenet_statistics():
     np.testing.assert_allclose(out[:, 0, 0], expected, rtol=1e-5)
 
 
+def test_device_normalization_equals_host_normalization_bitwise():
+    images = np.random.RandomState(0).randint(0, 256, (3, 9, 7, 3)).astype("uint8")
+    images[0, :, :, 1] = 0
+    pixels = np.stack([PixelsCHW()(im) for im in images])
+    assert pixels.dtype == np.uint8 and pixels.nbytes * 4 == np.stack([ToCHW()(im) for im in images]).nbytes
+    on_device = normalize_pixels(paddle.to_tensor(pixels)).numpy()
+    np.testing.assert_array_equal(on_device, np.stack([ToCHW()(im) for im in images]))
+    gray = PixelsCHW()(np.full((2, 2), 7, dtype="uint8"))
+    assert gray.shape == (3, 2, 2) and gray.dtype == np.uint8
+
+
 def test_eval_transform_resizes_the_shorter_side_then_crops_the_center():
     image = np.zeros((200, 400, 3), dtype="uint8")
     image[:, 150:250] = 255  # a white band in the middle survives the center crop
-    out = eval_transform(100, 100)(Image.fromarray(image))
+    pixels = eval_transform(100, 100)(Image.fromarray(image))
+    out = normalize_pixels(paddle.to_tensor(pixels[None]))[0].numpy()
     white = (1 - np.asarray(IMAGENET_MEAN)) / np.asarray(IMAGENET_STD)
     np.testing.assert_allclose(out[:, 50, 50], white, rtol=1e-4)
     assert out[0, 50, 0] < 0  # the left edge of the crop is black
