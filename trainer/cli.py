@@ -24,17 +24,12 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from typing import List, Optional
 
 from .errors import ConfigError, TrainerError
-
-LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", "--max_restarts")
-# exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM)
-NO_RESTART = (0, 2, 3, 5, 130, 143)
+from .launch import launch_with_restarts, wants_launch
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -209,66 +204,6 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     return task, options, args
 
 
-def _drop_flags(argv: List[str], names) -> List[str]:
-    """``argv`` without the flags in ``names`` (``--flag value`` and ``--flag=value`` forms)."""
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token.split("=", 1)[0] in names:
-            skip = "=" not in token
-            continue
-        out.append(token)
-    return out
-
-
-def launch_command(ns, argv: List[str], output_dir: str) -> List[str]:
-    """The ``python -m paddle.distributed.launch`` line that reruns this command on every process."""
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", os.path.join(output_dir, "launch_logs")]
-    if ns.nproc:
-        cmd += ["--nproc_per_node", str(ns.nproc)]
-    if ns.gpus:
-        cmd += ["--devices", ns.gpus]
-    if ns.ips:
-        cmd += ["--ips", ns.ips]
-    if ns.nnodes:
-        cmd += ["--nnodes", str(ns.nnodes)]
-    if ns.master:
-        cmd += ["--master", ns.master]
-    if ns.rank is not None:
-        cmd += ["--rank", str(ns.rank)]
-    return cmd + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + _drop_flags(argv, LAUNCH_FLAGS)
-
-
-def _wants_launch(ns) -> bool:
-    if "PADDLE_TRAINER_ID" in os.environ:  # already inside a launched process
-        return False
-    return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes or ns.max_restarts)
-
-
-def _with_auto_resume(argv: List[str]) -> List[str]:
-    return _drop_flags(argv, ("--resume_from_checkpoint",)) + ["--resume_from_checkpoint", "auto"]
-
-
-def _launch_with_restarts(ns, argv: List[str], output_dir: str) -> int:
-    """Run the launcher; after a runtime failure relaunch from the latest checkpoint, at most --max_restarts times."""
-    attempt = 0
-    while True:
-        cmd = launch_command(ns, argv, output_dir)
-        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
-        code = subprocess.call(cmd)
-        if code in NO_RESTART or attempt >= ns.max_restarts:
-            if code not in (0, 130, 143):
-                print(f"ptrain: the run failed with exit code {code}; the failing rank's log is in "
-                      f"{os.path.join(output_dir, 'launch_logs')}", file=sys.stderr)
-            return code
-        attempt += 1
-        print(f"ptrain: the run failed with exit code {code}; restart {attempt} of {ns.max_restarts} from the latest "
-              "checkpoint", file=sys.stderr)
-        argv = _with_auto_resume(argv)
-
-
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
     if ns.nproc is not None and ns.nproc < 1:
@@ -282,8 +217,8 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     probe = RunLock(args.output_dir)  # fail fast: output_dir writable and not in use by a live run
     probe.acquire()
     probe.release()
-    if _wants_launch(ns):
-        return _launch_with_restarts(ns, argv, args.output_dir)
+    if wants_launch(ns):
+        return launch_with_restarts(ns, argv, args.output_dir)
     return _run_here(task, options, args, dry_run=False)
 
 
