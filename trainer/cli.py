@@ -1,4 +1,4 @@
-"""``ptrain``: run, list and inspect training tasks.
+"""``ptrain``: run, launch, list and inspect training tasks.
 
     ptrain list
     ptrain run digits                                  # the task's demo recipe
@@ -6,11 +6,20 @@
     ptrain run digits --nproc 2                        # 2 processes via paddle.distributed.launch
     ptrain run TASK --gpus 0,1,2,3                     # 4 GPUs on this node
     ptrain run TASK --gpus 0,1,2,3 --ips 10.0.0.1,10.0.0.2   # 2 nodes (run the same line on each)
+    ptrain run TASK --nproc 2 --master etcd://10.0.0.1:2379 --job_id j1 --nnodes 1:2 --max_restarts 5
+                                                       # elastic: on each node; dead workers/nodes restart the job
+    ptrain launch --nproc 2 --max_restarts 3 train.py --lr 0.1   # your own script on the launcher, same flags
     ptrain run digits --dry_run                        # resolved arguments and callbacks, no training
     ptrain inspect runs/digits-demo/checkpoints/latest # what a checkpoint holds, every file verified
     ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
     ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
+
+Launcher flags (run and launch): --nproc, --gpus, --ips, --nnodes N|MIN:MAX,
+--master IP:PORT|etcd://HOST:PORT, --rank, --job_id, --max_restarts,
+--elastic_timeout, --log_dir (see trainer/launch.py and docs/how-to/elastic.md).
+A Trainer started with restarts resumes from the newest complete checkpoint
+of its output_dir by itself after a restart.
 
 Any ``--field value`` after the task name overrides a TrainingArguments field
 or a task option; recipes are YAML (see trainer/task.py). Errors print one
@@ -29,7 +38,7 @@ import time
 from typing import List, Optional
 
 from .errors import ConfigError, TrainerError
-from .launch import launch_with_restarts, wants_launch
+from .launch import add_launch_flags, check_launch_flags, launch_with_restarts, run_target, wants_launch
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,17 +57,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--recipe", "--preset", dest="recipe", default=None,
                      help="recipe name or YAML path (default: the task's demo)")
     run.add_argument("--config", default=None, help="a YAML of TrainingArguments applied over the recipe")
-    run.add_argument("--nproc", type=int, default=None, help="processes on this node (CPU: gloo; GPU: one per card)")
-    run.add_argument("--gpus", default=None, help="GPU ids for paddle.distributed.launch, e.g. 0,1,2,3")
-    run.add_argument("--ips", default=None, help="comma-separated node IPs for a multi-node run")
-    run.add_argument("--nnodes", type=int, default=None, help="number of nodes (with --master)")
-    run.add_argument("--master", default=None, help="IP:PORT of the master node (with --nnodes)")
-    run.add_argument("--rank", type=int, default=None, help="this node's rank (with --nnodes and --master)")
-    run.add_argument("--max_restarts", type=int, default=0,
-                     help="relaunch a run that dies of a runtime failure up to N times, resuming from its latest "
-                          "checkpoint (runs through paddle.distributed.launch)")
+    add_launch_flags(run)
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    lch = sub.add_parser("launch", help="run your own training script on paddle.distributed.launch, with restarts",
+                         description="Run SCRIPT with ARGS on every process through paddle.distributed.launch, with "
+                                     "the launcher flags of ptrain run. With --max_restarts N a failed run is started "
+                                     "again and a Trainer in SCRIPT resumes from the newest complete checkpoint of its "
+                                     "output_dir by itself. With --master etcd://HOST:PORT (and --job_id, --nnodes "
+                                     "MIN:MAX) the job is elastic: a dead worker or node restarts every surviving node, "
+                                     "a node started later joins at the next restart. Launcher flags go before SCRIPT.")
+    add_launch_flags(lch)
+    lch.add_argument("script", help="the training script (a .py file)")
+    lch.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
                           description="Classify INPUTs (texts or file paths, as the task takes) with an exported "
                                       "inference model (OUTPUT_DIR/inference of a finished run).")
@@ -104,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if ns.steps < 1:
                 raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
             return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
+        if ns.command == "launch":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+            return _cmd_launch(ns)
         if ns.command == "predict":
             if extra:
                 raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
@@ -206,10 +221,7 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
 
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
-    if ns.nproc is not None and ns.nproc < 1:
-        raise ConfigError(f"--nproc={ns.nproc} is not allowed: give 1 or more processes")
-    if ns.max_restarts < 0:
-        raise ConfigError(f"--max_restarts={ns.max_restarts} is not allowed: give 0 or more restarts")
+    check_launch_flags(ns)
     if ns.dry_run:
         return _run_here(task, options, args, dry_run=True)
     from .lock import RunLock
@@ -218,8 +230,15 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     probe.acquire()
     probe.release()
     if wants_launch(ns):
-        return launch_with_restarts(ns, argv, args.output_dir)
+        return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
     return _run_here(task, options, args, dry_run=False)
+
+
+def _cmd_launch(ns) -> int:
+    check_launch_flags(ns)
+    if not os.path.isfile(ns.script):
+        raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+    return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")
 
 
 def _run_here(task, options, args, dry_run: bool) -> int:
