@@ -43,14 +43,14 @@ def _import_etcd_client() -> None:
 
 
 class _Observer(threading.Thread):
-    """Watches the launcher's pod (public properties only) and logs each restart with its cause."""
+    """Watches the launcher's pod (public properties only): logs each restart it makes, with its cause."""
 
     def __init__(self, ctx, controller):
         super().__init__(name="ptrain-observer", daemon=True)
         self.ctx, self.c = ctx, controller
-        self.first_failure = None  # (local rank, exit code) of the first worker seen failing on its own
+        self.first_failure = None  # (local rank, exit code) of the first worker of the current start seen failing
         self.cause = None
-        self._deploys = 0
+        self._seen = -1  # the start (pod.restart) whose failure or restart was handled
 
     def run(self):
         while True:
@@ -58,20 +58,21 @@ class _Observer(threading.Thread):
             time.sleep(0.2)
 
     def poll(self):
-        pod = self.c.pod
-        status = self.ctx.status
-        deploys = pod.restart + 1
-        if deploys > self._deploys:
-            if self._deploys:
-                print(f"ptrain: node restart {deploys - 1} at {time.strftime('%H:%M:%S')}: {self.cause}; the workers "
-                      "resume from the newest complete checkpoint", file=sys.stderr, flush=True)
-            self._deploys, self.cause, self.first_failure = deploys, None, None
-        if self.cause is None and status.is_restarting():
-            self.cause = "a peer node failed, left or joined (its etcd heartbeat changed)"
+        pod, status = self.c.pod, self.ctx.status
+        started = pod.restart  # -1 before the first start, then the number of restarts made
+        if started < 0 or started == self._seen:
+            return
         for i, container in enumerate(list(pod.containers)):
-            if self.first_failure is None and container.status == "failed" and self.cause is None:
-                self.first_failure = (i, container.exit_code)
+            if container.status == "failed" and not status.is_restarting():
+                self._seen, self.first_failure = started, (i, container.exit_code)
                 self.cause = f"worker {i} on this node exited with code {container.exit_code}"
+                return  # at --elastic_level 0 the launcher stops; trainer.launch restarts it
+        if status.is_restarting():
+            self._seen = started
+            self.cause = "a peer node failed, left or joined (its etcd heartbeat changed)"
+            print(f"ptrain: node restart {started + 1} at {time.strftime('%H:%M:%S')}: {self.cause}; this node's "
+                  "workers stop, rendezvous again and resume from the newest complete checkpoint",
+                  file=sys.stderr, flush=True)
 
 
 def main() -> int:

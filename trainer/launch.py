@@ -3,8 +3,10 @@ start it again. ``ptrain run TASK`` and ``ptrain launch SCRIPT`` share the flags
 
 Paddle's launcher does the rendezvous and the process management; this module only chooses its flags,
 relaunches it after a restartable failure (at most ``--max_restarts`` restarts in all on this node) and
-tells the workers to resume: every worker of a job with restarts gets ``PTRAIN_RESUME=auto``, which
-``Trainer.fit`` reads (:func:`resume_after_restart`) as ``resume_from_checkpoint="auto"``.
+tells the workers to resume: the workers of a relaunched job, and every worker of an etcd job (whose
+launcher restarts workers with the environment of their first start), get ``PTRAIN_RESUME=auto``, which
+``Trainer.fit`` reads (:func:`resume_after_restart`) as ``resume_from_checkpoint="auto"``: the newest
+complete checkpoint in output_dir, or a fresh start when there is none.
 
 With an etcd master (``--master etcd://HOST:PORT``) paddle's launcher runs through
 :mod:`trainer.elastic_launch` at ``--elastic_level 0``: a node whose own worker fails ends its launcher
@@ -76,8 +78,11 @@ def check_launch_flags(ns) -> None:
             raise ConfigError(f"--master={ns.master} is not allowed: give etcd://HOST:PORT")
         if not ns.job_id:
             raise ConfigError("--master etcd://... needs --job_id NAME: the same name on every node of the job")
-    if ns.elastic_timeout is not None and ns.elastic_timeout < 1:
-        raise ConfigError(f"--elastic_timeout={ns.elastic_timeout} is not allowed: give 1 or more seconds")
+    if ns.elastic_timeout is not None and ns.elastic_timeout < 6:
+        # paddle's launcher re-registers a node's etcd heartbeat every 5 s: a shorter wait can start a node alone
+        # while its peers are re-registering
+        raise ConfigError(f"--elastic_timeout={ns.elastic_timeout} is not allowed: give 6 or more seconds (paddle's "
+                          "heartbeat period is 5 s)")
 
 
 def is_etcd(ns) -> bool:
@@ -141,8 +146,8 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
     (a peer failed, left or joined) count too, and a launcher that gave up ("peer not ready") is started again.
     """
     env = dict(os.environ)
-    if ns.max_restarts or is_etcd(ns):
-        # an etcd launcher restarts workers with the environment of their first start, so it is set from the start
+    if is_etcd(ns):
+        # an etcd launcher restarts its workers with the environment of their first start: set it from the start
         env[RESUME_ENV] = "auto"
     used = 0
     while True:
