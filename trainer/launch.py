@@ -95,9 +95,15 @@ def wants_launch(ns) -> bool:
     return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes or ns.master or ns.max_restarts)
 
 
-def resume_after_restart() -> Optional[str]:
-    """``"auto"`` in a worker of a job started with restarts (``PTRAIN_RESUME=auto``), else None."""
-    return "auto" if os.environ.get(RESUME_ENV) == "auto" else None
+def resume_after_restart(requested: Optional[str], output_dir: str) -> Optional[str]:
+    """What ``Trainer.fit`` resumes from: ``requested`` (its argument or ``resume_from_checkpoint``), except in a
+    restarted job (``PTRAIN_RESUME=auto``) whose output_dir holds checkpoints: then ``"auto"``, the newest complete
+    one, so that a restart goes on from where the job was and never back to the checkpoint it started from."""
+    if os.environ.get(RESUME_ENV) != "auto":
+        return requested
+    from .checkpoint_io import list_checkpoints
+
+    return "auto" if list_checkpoints(output_dir) else requested
 
 
 def _drop_flags(argv: List[str], names) -> List[str]:

@@ -73,3 +73,17 @@ def test_launch_never_restarts_a_configuration_error(tmp_path):
                   str(script), str(tmp_path), "2")
     assert done.returncode == 2, done.stderr[-3000:]
     assert "ptrain: restart" not in done.stderr and "no restart can fix it" in done.stderr
+
+
+def test_a_restarted_job_resumes_from_its_newest_checkpoint_not_the_one_it_started_from(tmp_path, monkeypatch):
+    from trainer.launch import resume_after_restart
+
+    out = str(tmp_path)
+    monkeypatch.delenv("PTRAIN_RESUME", raising=False)
+    assert resume_after_restart("/pretrained/step-9", out) == "/pretrained/step-9"
+    monkeypatch.setenv("PTRAIN_RESUME", "auto")
+    assert resume_after_restart("/pretrained/step-9", out) == "/pretrained/step-9"  # nothing saved yet: as asked
+    assert resume_after_restart(None, out) is None  # a fresh start
+    (tmp_path / "checkpoints" / "step-4").mkdir(parents=True)
+    assert resume_after_restart("/pretrained/step-9", out) == "auto"
+    assert resume_after_restart(None, out) == "auto"
