@@ -62,11 +62,13 @@ class _Observer(threading.Thread):
         started = pod.restart  # -1 before the first start, then the number of restarts made
         if started < 0 or started == self._seen:
             return
-        for i, container in enumerate(list(pod.containers)):
-            if container.status == "failed" and not status.is_restarting():
-                self._seen, self.first_failure = started, (i, container.exit_code)
-                self.cause = f"worker {i} on this node exited with code {container.exit_code}"
-                return  # at --elastic_level 0 the launcher stops; trainer.launch restarts it
+        failed = [(i, c.exit_code) for i, c in enumerate(list(pod.containers)) if c.status == "failed"]
+        if failed and not status.is_restarting():
+            # when two are seen at once, the one paddle did not stop itself (SIGTERM: 143 or -15) failed first
+            own = [f for f in failed if f[1] not in (143, -signal.SIGTERM)] or failed
+            self._seen, self.first_failure = started, own[0]
+            self.cause = f"worker {own[0][0]} on this node exited with code {own[0][1]}"
+            return  # at --elastic_level 0 the launcher stops; trainer.launch decides whether to restart it
         if status.is_restarting():
             self._seen = started
             self.cause = "a peer node failed, left or joined (its etcd heartbeat changed)"
