@@ -87,3 +87,14 @@ def test_a_restarted_job_resumes_from_its_newest_checkpoint_not_the_one_it_start
     (tmp_path / "checkpoints" / "step-4").mkdir(parents=True)
     assert resume_after_restart("/pretrained/step-9", out) == "auto"
     assert resume_after_restart(None, out) == "auto"
+
+
+def test_an_unreachable_etcd_master_stops_with_one_clear_line(tmp_path, capsys):
+    from helpers import free_port
+
+    script = tmp_path / "s.py"
+    script.write_text("")
+    master = f"127.0.0.1:{free_port()}"  # nothing listens there
+    assert main(["launch", "--master", f"etcd://{master}", "--job_id", "j", "--elastic_timeout", "6", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the etcd master {master} is unreachable" in err and "start etcd" in err, err
