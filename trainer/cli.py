@@ -1,4 +1,4 @@
-"""``ptrain``: run, list and inspect training tasks.
+"""``ptrain``: run, launch, list and inspect training tasks.
 
     ptrain list
     ptrain run digits                                  # the task's demo recipe
@@ -6,11 +6,20 @@
     ptrain run digits --nproc 2                        # 2 processes via paddle.distributed.launch
     ptrain run TASK --gpus 0,1,2,3                     # 4 GPUs on this node
     ptrain run TASK --gpus 0,1,2,3 --ips 10.0.0.1,10.0.0.2   # 2 nodes (run the same line on each)
+    ptrain run TASK --nproc 2 --master etcd://10.0.0.1:2379 --job_id j1 --nnodes 1:2 --max_restarts 5
+                                                       # elastic: on each node; dead workers/nodes restart the job
+    ptrain launch --nproc 2 --max_restarts 3 train.py --lr 0.1   # your own script on the launcher, same flags
     ptrain run digits --dry_run                        # resolved arguments and callbacks, no training
     ptrain inspect runs/digits-demo/checkpoints/latest # what a checkpoint holds, every file verified
     ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
     ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
+
+Launcher flags (run and launch): --nproc, --gpus, --ips, --nnodes N|MIN:MAX,
+--master IP:PORT|etcd://HOST:PORT, --rank, --job_id, --max_restarts,
+--elastic_timeout, --log_dir (see trainer/launch.py and docs/how-to/elastic.md).
+A Trainer started with restarts resumes from the newest complete checkpoint
+of its output_dir by itself after a restart.
 
 Any ``--field value`` after the task name overrides a TrainingArguments field
 or a task option; recipes are YAML (see trainer/task.py). Errors print one
@@ -24,17 +33,12 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from typing import List, Optional
 
 from .errors import ConfigError, TrainerError
-
-LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", "--max_restarts")
-# exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM)
-NO_RESTART = (0, 2, 3, 5, 130, 143)
+from .launch import add_launch_flags, check_launch_flags, launch_with_restarts, run_target, wants_launch
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,17 +57,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--recipe", "--preset", dest="recipe", default=None,
                      help="recipe name or YAML path (default: the task's demo)")
     run.add_argument("--config", default=None, help="a YAML of TrainingArguments applied over the recipe")
-    run.add_argument("--nproc", type=int, default=None, help="processes on this node (CPU: gloo; GPU: one per card)")
-    run.add_argument("--gpus", default=None, help="GPU ids for paddle.distributed.launch, e.g. 0,1,2,3")
-    run.add_argument("--ips", default=None, help="comma-separated node IPs for a multi-node run")
-    run.add_argument("--nnodes", type=int, default=None, help="number of nodes (with --master)")
-    run.add_argument("--master", default=None, help="IP:PORT of the master node (with --nnodes)")
-    run.add_argument("--rank", type=int, default=None, help="this node's rank (with --nnodes and --master)")
-    run.add_argument("--max_restarts", type=int, default=0,
-                     help="relaunch a run that dies of a runtime failure up to N times, resuming from its latest "
-                          "checkpoint (runs through paddle.distributed.launch)")
+    add_launch_flags(run)
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    lch = sub.add_parser("launch", help="run your own training script on paddle.distributed.launch, with restarts",
+                         description="Run SCRIPT with ARGS on every process through paddle.distributed.launch, with "
+                                     "the launcher flags of ptrain run. With --max_restarts N a failed run is started "
+                                     "again and a Trainer in SCRIPT resumes from the newest complete checkpoint of its "
+                                     "output_dir by itself. With --master etcd://HOST:PORT (and --job_id, --nnodes "
+                                     "MIN:MAX) the job is elastic: a dead worker or node restarts every surviving node, "
+                                     "a node started later joins at the next restart. Launcher flags go before SCRIPT.")
+    add_launch_flags(lch)
+    lch.add_argument("script", help="the training script (a .py file)")
+    lch.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
                           description="Classify INPUTs (texts or file paths, as the task takes) with an exported "
                                       "inference model (OUTPUT_DIR/inference of a finished run).")
@@ -109,6 +115,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if ns.steps < 1:
                 raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
             return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
+        if ns.command == "launch":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+            return _cmd_launch(ns)
         if ns.command == "predict":
             if extra:
                 raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
@@ -209,72 +219,9 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     return task, options, args
 
 
-def _drop_flags(argv: List[str], names) -> List[str]:
-    """``argv`` without the flags in ``names`` (``--flag value`` and ``--flag=value`` forms)."""
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token.split("=", 1)[0] in names:
-            skip = "=" not in token
-            continue
-        out.append(token)
-    return out
-
-
-def launch_command(ns, argv: List[str], output_dir: str) -> List[str]:
-    """The ``python -m paddle.distributed.launch`` line that reruns this command on every process."""
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", os.path.join(output_dir, "launch_logs")]
-    if ns.nproc:
-        cmd += ["--nproc_per_node", str(ns.nproc)]
-    if ns.gpus:
-        cmd += ["--devices", ns.gpus]
-    if ns.ips:
-        cmd += ["--ips", ns.ips]
-    if ns.nnodes:
-        cmd += ["--nnodes", str(ns.nnodes)]
-    if ns.master:
-        cmd += ["--master", ns.master]
-    if ns.rank is not None:
-        cmd += ["--rank", str(ns.rank)]
-    return cmd + [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + _drop_flags(argv, LAUNCH_FLAGS)
-
-
-def _wants_launch(ns) -> bool:
-    if "PADDLE_TRAINER_ID" in os.environ:  # already inside a launched process
-        return False
-    return bool((ns.nproc and ns.nproc > 1) or ns.gpus or ns.ips or ns.nnodes or ns.max_restarts)
-
-
-def _with_auto_resume(argv: List[str]) -> List[str]:
-    return _drop_flags(argv, ("--resume_from_checkpoint",)) + ["--resume_from_checkpoint", "auto"]
-
-
-def _launch_with_restarts(ns, argv: List[str], output_dir: str) -> int:
-    """Run the launcher; after a runtime failure relaunch from the latest checkpoint, at most --max_restarts times."""
-    attempt = 0
-    while True:
-        cmd = launch_command(ns, argv, output_dir)
-        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
-        code = subprocess.call(cmd)
-        if code in NO_RESTART or attempt >= ns.max_restarts:
-            if code not in (0, 130, 143):
-                print(f"ptrain: the run failed with exit code {code}; the failing rank's log is in "
-                      f"{os.path.join(output_dir, 'launch_logs')}", file=sys.stderr)
-            return code
-        attempt += 1
-        print(f"ptrain: the run failed with exit code {code}; restart {attempt} of {ns.max_restarts} from the latest "
-              "checkpoint", file=sys.stderr)
-        argv = _with_auto_resume(argv)
-
-
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
-    if ns.nproc is not None and ns.nproc < 1:
-        raise ConfigError(f"--nproc={ns.nproc} is not allowed: give 1 or more processes")
-    if ns.max_restarts < 0:
-        raise ConfigError(f"--max_restarts={ns.max_restarts} is not allowed: give 0 or more restarts")
+    check_launch_flags(ns)
     if ns.dry_run:
         return _run_here(task, options, args, dry_run=True)
     from .lock import RunLock
@@ -282,9 +229,16 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     probe = RunLock(args.output_dir)  # fail fast: output_dir writable and not in use by a live run
     probe.acquire()
     probe.release()
-    if _wants_launch(ns):
-        return _launch_with_restarts(ns, argv, args.output_dir)
+    if wants_launch(ns):
+        return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
     return _run_here(task, options, args, dry_run=False)
+
+
+def _cmd_launch(ns) -> int:
+    check_launch_flags(ns)
+    if not os.path.isfile(ns.script):
+        raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+    return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")
 
 
 def _run_here(task, options, args, dry_run: bool) -> int:

@@ -34,6 +34,7 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
                    dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
+from .launch import resume_after_restart
 from .lock import RunLock
 from .schedules import build_scheduler
 from .state import TrainerState
@@ -251,7 +252,7 @@ class Trainer:
             raise ConfigError("fit() needs a train_dataset: Trainer(model, args, train_dataset=...)")
         state = self.state
         state.status, state.should_stop, state.error = "running", False, None
-        resume = resume_from_checkpoint or self.args.resume_from_checkpoint
+        resume = resume_after_restart(resume_from_checkpoint or self.args.resume_from_checkpoint, self.args.output_dir)
         lock = RunLock(self.args.output_dir)
         if self.is_main_process:
             lock.acquire()  # fails fast on an unwritable output_dir or a live run using it
