@@ -277,14 +277,12 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
         raise ConfigError(f"--max_restarts={ns.max_restarts} is not allowed: give 0 or more restarts")
     if ns.dry_run:
         return _run_here(task, options, args, dry_run=True)
-    from .lock import RunLock
+    from .output_dir import claim_for_command
 
-    probe = RunLock(args.output_dir)  # fail fast: output_dir writable and not in use by a live run
-    probe.acquire()
-    probe.release()
-    if _wants_launch(ns):
-        return _launch_with_restarts(ns, argv, args.output_dir)
-    return _run_here(task, options, args, dry_run=False)
+    with claim_for_command(args, ns):  # one job owns output_dir until this command's last line
+        if _wants_launch(ns):
+            return _launch_with_restarts(ns, argv, args.output_dir)
+        return _run_here(task, options, args, dry_run=False)
 
 
 def _run_here(task, options, args, dry_run: bool) -> int:

@@ -33,7 +33,7 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
                    dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
-from .lock import RunLock
+from .output_dir import claim
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -250,9 +250,8 @@ class Trainer:
         state = self.state
         state.status, state.should_stop, state.error = "running", False, None
         resume = resume_from_checkpoint or self.args.resume_from_checkpoint
-        lock = RunLock(self.args.output_dir)
-        if self.is_main_process:
-            lock.acquire()  # fails fast on an unwritable output_dir or a live run using it
+        lock = claim(self.args, self.is_main_process, resume)  # rank 0: the run lock, then no other run's checkpoints
+        state.run_id = lock.run_id  # a resume replaces it with the resumed run's
         try:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)
