@@ -107,6 +107,7 @@ class RunLock:
         ``take_over_same_job``: a lock of this job whose holder is on another
         host or dead becomes ours (the new rank 0 after an elastic restart).
         """
+        created = not os.path.isdir(self.output_dir)
         try:
             os.makedirs(self.output_dir, exist_ok=True)
         except OSError as exc:
@@ -114,6 +115,15 @@ class RunLock:
                 raise _fail(self.output_dir, self.output_dir, exc) from None
             raise ConfigError(f"output_dir {self.output_dir} cannot be created ({exc.strerror}): "
                               "choose a writable --output_dir") from None
+        try:
+            return self._acquire(take_over_same_job)
+        except ConfigError:
+            if created:  # leave nothing behind: not even the directory this attempt made
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.output_dir)
+            raise
+
+    def _acquire(self, take_over_same_job: bool) -> "RunLock":
         with self._guard():
             for _ in range(3):
                 if self._create(run=uuid.uuid4().hex):
@@ -147,7 +157,7 @@ class RunLock:
                 os.fsync(f.fileno())
         except OSError as exc:
             _remove(tmp)
-            raise _fail(self.output_dir, tmp, exc) from None
+            raise _fail(self.output_dir, self.path, exc) from None
         return tmp
 
     def _create(self, run: str) -> bool:

@@ -28,6 +28,7 @@ from callbacks.defaults import default_callbacks
 
 from . import distributed as dist
 from .args import TrainingArguments
+from .batch_errors import label_error
 from .checkpoint_io import CheckpointWriter
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    dataset_length, make_loader)
@@ -202,8 +203,21 @@ class Trainer:
         if self.loss_fn is not None:
             if labels is None:
                 raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
-            return self.loss_fn(outputs, labels)
+            try:
+                return self.loss_fn(outputs, labels)
+            except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
+                error = label_error(outputs, labels, self._current_batch_indices())
+                if error is None:
+                    raise
+                raise error from exc
         return _loss_from_outputs(outputs)
+
+    def _current_batch_indices(self):
+        """Dataset indices of the micro-batch being trained on (None outside training)."""
+        if self._train_sampler is None or self.state.status != "running":
+            return None
+        k = self.args.gradient_accumulation_steps
+        return self._train_sampler.batch_indices(self.state.step_in_epoch * k + self.state.micro_step)
 
     def _forward(self, model, batch):
         """Run the model on a batch; return (outputs, labels or None)."""
