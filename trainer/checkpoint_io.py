@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -293,8 +294,12 @@ def _write_checkpoint(snap: dict, final: str) -> None:
             target = os.path.join(tmp, f"{part}.safetensors")
             try:
                 np_save_file(snap[part], target)
-            except OSError as exc:  # safetensors' message does not name the file
-                raise OSError(exc.errno, exc.strerror or str(exc), target) from exc
+            except Exception as exc:  # safetensors raises its own error, without the file's name
+                found = re.search(r"os error (\d+)", str(exc))
+                code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
+                if not code:
+                    raise
+                raise OSError(code, os.strerror(code), target) from exc
         _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
