@@ -91,16 +91,18 @@ def test_full_disk_during_a_save_names_the_file(tmp_path):
 
 
 def test_read_only_checkpoint_directory_is_a_save_failure_naming_it(tmp_path):
-    common = ["--output_dir", str(tmp_path), "--save_steps", "2", "--evaluation_strategy", "no", "--report_to", "jsonl",
-              "--save_total_limit", "1"]
+    """Before: rotation's failure surfaced as exit 4 'callback Checkpoint failed'."""
+    common = ["--output_dir", str(tmp_path), "--save_strategy", "steps", "--save_steps", "2", "--evaluation_strategy", "no",
+              "--report_to", "jsonl"]
     ckpts = tmp_path / "checkpoints"
-    first = ptrain("run", "digits", *common, "--max_steps", "2")
+    first = ptrain("run", "digits", *common, "--max_steps", "4", "--save_total_limit", "none")  # step-2, step-4
     assert first.returncode == 0, first.stderr[-2000:]
     with mounted(ckpts, "--bind", str(ckpts)):
         proc = subprocess.run(["mount", "-o", "remount,bind,ro", str(ckpts)], capture_output=True, text=True)
         if proc.returncode:
             pytest.skip(f"cannot remount read-only: {proc.stderr.strip()}")
-        again = ptrain("run", "digits", *common, "--max_steps", "4", "--resume_from_checkpoint", "auto")
+        again = ptrain("run", "digits", *common, "--max_steps", "6", "--resume_from_checkpoint", "auto",
+                       "--save_total_limit", "1")
     assert again.returncode == 5, again.stderr[-2000:]
     last = again.stderr.strip().splitlines()[-1]
     assert str(ckpts) in last and "Read-only file system" in last and "callback" not in last, last

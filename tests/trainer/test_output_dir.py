@@ -88,7 +88,7 @@ def _ptrain(*argv):
 
 
 def test_ptrain_refuses_a_fresh_run_in_one_line_and_overwrites_when_asked(tmp_path):
-    common = ["--output_dir", str(tmp_path), "--save_steps", "2", "--evaluation_strategy", "no",
+    common = ["--output_dir", str(tmp_path), "--save_strategy", "steps", "--save_steps", "2", "--evaluation_strategy", "no",
               "--report_to", "jsonl"]
     run(tmp_path, max_steps=6)  # an earlier run: step-2, 4, 6
     (tmp_path / "results.json").write_text(json.dumps({"global_step": 6}))
