@@ -37,26 +37,30 @@ OVERWRITTEN = ".checkpoints-overwritten-"
 class Claim:
     """What :func:`claim` returns: the lock (None off rank 0) and the run id of a fresh run."""
 
-    def __init__(self, lock: Optional[RunLock]):
+    def __init__(self, lock: Optional[RunLock], run_id: str = ""):
         self.lock = lock
-        self.run_id = lock.run_id if lock is not None else ""
+        self.run_id = run_id or (lock.run_id if lock is not None else "")
 
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
 
 
-def claim(args, is_main_process: bool, resume: Optional[str]) -> Claim:
-    """Lock ``args.output_dir`` (rank 0) and apply the reuse rule; the other ranks touch nothing."""
+def claim(args, is_main_process: bool, resume: Optional[str], continuing: str = "") -> Claim:
+    """Lock ``args.output_dir`` (rank 0) and apply the reuse rule; the other ranks touch nothing.
+
+    ``continuing``: the run id of a trainer whose earlier fit() this one continues (its checkpoints
+    are its own).
+    """
     if not is_main_process:
-        return Claim(None)
+        return Claim(None, continuing)
     lock = RunLock(args.output_dir).acquire(take_over_same_job=True)
     try:
-        check_reuse(args.output_dir, lock.run_id, resume, args.overwrite_output_dir)
+        check_reuse(args.output_dir, continuing or lock.run_id, resume, args.overwrite_output_dir)
     except BaseException:
         lock.release()
         raise
-    return Claim(lock)
+    return Claim(lock, continuing)
 
 
 def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: bool) -> None:

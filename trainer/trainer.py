@@ -264,8 +264,8 @@ class Trainer:
         state = self.state
         state.status, state.should_stop, state.error = "running", False, None
         resume = resume_from_checkpoint or self.args.resume_from_checkpoint
-        lock = claim(self.args, self.is_main_process, resume)  # rank 0: the run lock, then no other run's checkpoints
-        state.run_id = lock.run_id  # a resume replaces it with the resumed run's
+        lock = claim(self.args, self.is_main_process, resume, state.run_id)  # the run lock; no other run's checkpoints
+        state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
         try:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)

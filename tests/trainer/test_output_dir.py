@@ -100,3 +100,13 @@ def test_ptrain_refuses_a_fresh_run_in_one_line_and_overwrites_when_asked(tmp_pa
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert max(steps(tmp_path)) == 4  # the first run's step-6 is gone (the recipe may keep only the newest)
     assert json.loads((tmp_path / "results.json").read_text())["global_step"] == 4
+
+
+def test_a_second_fit_of_the_same_trainer_continues_its_run(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, save_steps=2, report_to=[],
+                             evaluation_strategy="no", save_async=False)
+    trainer = Trainer(make_mlp(), args, train_dataset=ToyDataset(64), loss_fn=paddle.nn.CrossEntropyLoss())
+    first = trainer.fit().run_id
+    trainer.args.max_steps = 4
+    assert trainer.fit().global_step == 4 and trainer.state.run_id == first
+    assert {checkpoint_run_id(str(tmp_path / "checkpoints" / f"step-{s}")) for s in (2, 4)} == {first}
