@@ -248,3 +248,34 @@ def test_two_process_ptrain_run_is_owned_by_ptrain(tmp_path):
     assert owners == {proc.pid}
     assert not (out / LOCK_NAME).exists()
     assert (out / "checkpoints" / "step-6").is_dir()
+
+
+def test_two_nodes_of_one_job_share_the_lock(tmp_path):
+    """Two `ptrain run --nnodes 2 --master ... --rank R` on one shared output_dir (two nodes on loopback):
+    the job's identity is its master, so the second node shares the first one's lock instead of refusing."""
+    from helpers import free_port
+
+    out, master = tmp_path / "run", f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "digits", "--nnodes", "2", "--master", master,
+                               "--rank", str(rank), "--nproc", "1", "--output_dir", str(out), "--max_steps", "6",
+                               "--save_strategy", "steps", "--save_steps", "3", "--evaluation_strategy", "no",
+                               "--report_to", "jsonl"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ptrain_env(), cwd=REPO)
+             for rank in (0, 1)]
+    jobs = set()
+    try:
+        while any(n.poll() is None for n in nodes):
+            try:
+                jobs.add(json.loads((out / LOCK_NAME).read_text())["job"])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        results = [n.communicate(timeout=60) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+                n.wait()
+    assert [n.returncode for n in nodes] == [0, 0], [err[-2000:] for _, err in results]
+    assert jobs == {f"master:{master}"}
+    assert not (out / LOCK_NAME).exists() and (out / "checkpoints" / "step-6").is_dir()
