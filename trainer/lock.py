@@ -243,8 +243,9 @@ class RunLock:
                 if owner is not None and owner.get("token") == self.token:
                     _remove(self.path)
                 elif owner is not None:
-                    (logger.info if owner.get("job") == self.job else logger.warning)("the lock of %s is no longer ours (now process %s on %s): left in place",
-                                   self.output_dir, owner.get("pid"), owner.get("host"))
+                    log = logger.info if owner.get("job") == self.job else logger.warning  # same job: a handover
+                    log("the lock of %s is no longer ours (now process %s on %s): left in place",
+                        self.output_dir, owner.get("pid"), owner.get("host"))
         except (OSError, ConfigError) as exc:
             logger.warning("could not release the lock %s: %s", self.path, exc)
 
