@@ -181,7 +181,8 @@ class CallbackList:
         return {cb.state_key: cb.state_dict() for cb in self._ordered}
 
     def load_state_dict(self, states: dict) -> List[str]:
-        """Restore each callback's state; return the keys nobody claimed."""
+        """Restore each callback's state; return the keys nobody claimed that hold state (an empty state,
+        e.g. StallWatchdog's of a run on more processes, is nothing lost)."""
         by_key = {cb.state_key: cb for cb in self._ordered}
         for key, state in states.items():
             if key in by_key:
@@ -189,7 +190,7 @@ class CallbackList:
                     by_key[key].load_state_dict(state)
                 except Exception as exc:
                     raise CallbackError(type(by_key[key]).__name__, "load_state_dict", exc) from exc
-        return [key for key in states if key not in by_key]
+        return [key for key in states if key not in by_key and states[key]]
 
     # ---- introspection ---------------------------------------------------
     def describe(self) -> str:

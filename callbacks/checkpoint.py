@@ -12,7 +12,8 @@ direction), ``on_save_end`` (record ``state.best_checkpoint``),
 ``best_k`` (keep the best K by the metric, default 1); the rest from
 ``trainer.args``. State saved: the best evaluations (step and value).
 
-Rotation keeps the newest ``save_total_limit`` complete checkpoints plus the
+Rotation counts and deletes only the current run's checkpoints
+(``state.run_id``, recorded in each manifest); it keeps the newest ``save_total_limit`` complete checkpoints plus the
 best ``best_k``. It runs only once the newest checkpoint is complete and
 published (before the next save starts, and at the end of fit(), after waiting
 for a background write), and never deletes the newest complete checkpoint, so
@@ -24,8 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from typing import Optional
 
 from trainer.checkpoint_io import MANIFEST, checkpoints_dir, list_checkpoints
+from trainer.errors import TrainingError
 
 from .base import Callback
 
@@ -66,21 +69,26 @@ class Checkpoint(Callback):
             return
         trainer.wait_for_checkpoint()  # the newest must be complete before anything older goes
         keep = [f"step-{step}" for _, step in self.best]
-        self.rotate(trainer.args.output_dir, trainer.args.save_total_limit, keep)
+        self.rotate(trainer.args.output_dir, trainer.args.save_total_limit, keep, run_id=trainer.state.run_id)
 
     @staticmethod
-    def rotate(output_dir: str, keep_last: int, keep=()) -> list:
+    def rotate(output_dir: str, keep_last: int, keep=(), run_id: Optional[str] = None) -> list:
         """Delete complete checkpoints older than the newest ``keep_last``, except the names in ``keep``;
-        return the deleted names."""
+        return the deleted names. With ``run_id``, only that run's checkpoints are counted or deleted.
+        A checkpoint that cannot be removed (read-only directory) is a save failure (TrainingError)."""
         root = checkpoints_dir(output_dir)
-        complete = [os.path.basename(p) for p in list_checkpoints(output_dir)  # newest first
+        complete = [os.path.basename(p) for p in list_checkpoints(output_dir, run_id=run_id)  # newest first
                     if os.path.isfile(os.path.join(p, MANIFEST))]
         keep = set(complete[:keep_last]) | set(keep)
         deleted = []
         for name in complete[1:]:  # the newest is never deleted
             if name not in keep:
                 trash = os.path.join(root, f".deleting-{name}")
-                os.rename(os.path.join(root, name), trash)  # vanish atomically, then delete
+                try:
+                    os.rename(os.path.join(root, name), trash)  # vanish atomically, then delete
+                except OSError as exc:
+                    raise TrainingError(f"cannot remove old checkpoint {os.path.join(root, name)} ({exc.strerror}): "
+                                        f"make {root} writable or raise --save_total_limit") from None
                 shutil.rmtree(trash, ignore_errors=True)
                 deleted.append(name)
         if deleted:

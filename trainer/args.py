@@ -86,6 +86,7 @@ class TrainingArguments:
     greater_is_better: Optional[bool] = field(default=None, metadata={"help": "whether a larger metric_for_best_model is better (default: not for *loss)"})
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or 'auto' for the latest in output_dir"})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu"})
     find_unused_parameters: bool = field(default=False, metadata={"help": "DataParallel: allow parameters that get no gradient"})

@@ -23,11 +23,14 @@ temporary directory is removed by the next save.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import contextlib
 import json
 import logging
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -259,6 +262,8 @@ class CheckpointWriter:
             error, self._error = self._error, None
             from .errors import TrainingError
 
+            if isinstance(error, TrainingError):  # already names the checkpoint and the file
+                raise error
             raise TrainingError(f"saving a checkpoint failed: {type(error).__name__}: {error}") from error
 
 
@@ -289,6 +294,7 @@ def snapshot(trainer) -> dict:
             "world_size": trainer.world_size,
         },
         "step": trainer.state.global_step,
+        "run_id": trainer.state.run_id,
     }
 
 
@@ -311,10 +317,21 @@ def _gather_sizes(n: int) -> list:
 
 
 def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
-    """Write a snapshot into ``final`` (complete or not at all); then move ``latest``."""
-    _write_checkpoint(snap, final)
-    if publish_root is not None:
-        _publish_latest(publish_root, os.path.basename(final))
+    """Write a snapshot into ``final`` (complete or not at all); then move ``latest``.
+
+    An OSError becomes a TrainingError naming the file (a full disk, a read-only directory).
+    """
+    try:
+        _write_checkpoint(snap, final)
+        if publish_root is not None:
+            _publish_latest(publish_root, os.path.basename(final))
+    except OSError as exc:
+        from .errors import TrainingError
+
+        where = exc.filename or final
+        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
+                            "kept: free space or fix the permissions, then resume with --resume_from_checkpoint auto") from exc
     return final
 
 
@@ -325,8 +342,16 @@ def _write_checkpoint(snap: dict, final: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        np_save_file(snap["model"], os.path.join(tmp, "model.safetensors"))
-        np_save_file(snap["optimizer"], os.path.join(tmp, "optimizer.safetensors"))
+        for part in ("model", "optimizer"):
+            target = os.path.join(tmp, f"{part}.safetensors")
+            try:
+                np_save_file(snap[part], target)
+            except Exception as exc:  # safetensors raises its own error, without the file's name
+                found = re.search(r"os error (\d+)", str(exc))
+                code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
+                if not code:
+                    raise
+                raise OSError(code, os.strerror(code), target) from exc
         _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
@@ -334,7 +359,7 @@ def _write_checkpoint(snap: dict, final: str) -> None:
             _fsync_file(full)
             files[name] = {"bytes": os.path.getsize(full), "sha256": _sha256(full)}
         _write_json(os.path.join(tmp, MANIFEST), {
-            "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(),
+            "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
         _fsync_file(os.path.join(tmp, MANIFEST))
         _fsync_dir(tmp)
@@ -352,23 +377,34 @@ def _write_checkpoint(snap: dict, final: str) -> None:
 
 
 def remove_stale_temporaries(root: str) -> None:
-    """Delete ``.tmp-*``/``.old-*``/``.deleting-*`` left by a process that died mid-save (rank 0, before a save)."""
+    """Delete ``.tmp-*``/``.old-*``/``.deleting-*`` directories and ``.latest.tmp-*`` files left by a process
+    that died mid-save or mid-rotation (rank 0, at the start of fit() and before a save)."""
     if not os.path.isdir(root):
         return
     for name in os.listdir(root):
-        if name.startswith((".tmp-", ".old-", ".deleting-")):
+        if name.startswith((".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-")):
             pid = name.rsplit("-", 1)[-1]
             if name.startswith(".deleting-") or not (pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))):
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                full = os.path.join(root, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(full)
 
 
 def _publish_latest(root: str, name: str) -> None:
     tmp = os.path.join(root, f".{LATEST}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(root, LATEST))
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(root, LATEST))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     _fsync_dir(root)
 
 
@@ -388,8 +424,12 @@ def _plain(value):
 
 
 # ---- reading ---------------------------------------------------------------------------
-def list_checkpoints(output_dir: str) -> list:
-    """``step-N`` directories under output_dir/checkpoints, newest first."""
+def list_checkpoints(output_dir: str, run_id: Optional[str] = None) -> list:
+    """``step-N`` directories under output_dir/checkpoints, newest first.
+
+    With ``run_id``, only the checkpoints whose manifest records that run (see
+    :func:`checkpoint_run_id`): rotation and ``auto`` never see another run's.
+    """
     root = checkpoints_dir(output_dir)
     if not os.path.isdir(root):
         return []
@@ -397,7 +437,21 @@ def list_checkpoints(output_dir: str) -> list:
     for name in os.listdir(root):
         if name.startswith("step-") and name[5:].isdigit() and os.path.isdir(os.path.join(root, name)):
             found.append((int(name[5:]), os.path.join(root, name)))
-    return [p for _, p in sorted(found, reverse=True)]
+    paths = [p for _, p in sorted(found, reverse=True)]
+    if run_id is not None:
+        paths = [p for p in paths if checkpoint_run_id(p) == run_id]
+    return paths
+
+
+def checkpoint_run_id(path: str) -> Optional[str]:
+    """The run id a checkpoint's manifest records ("" for checkpoints written before run ids; None when
+    the manifest is missing or unreadable)."""
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        return str(manifest.get("run_id", "")) if isinstance(manifest, dict) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
 
 
 def resolve(path: str, output_dir: str) -> Optional[str]:
@@ -405,8 +459,10 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
 
     ``auto``: the newest checkpoint in output_dir whose manifest verifies (the
     one ``latest`` names first); partial or corrupt ones are skipped with a
-    warning naming them and why; None when there is none (start fresh). An
-    explicit path must exist and verify, else a clear error.
+    warning naming them and why; None when there is none (start fresh). Only
+    checkpoints of the run that ``latest`` names (else of the newest checkpoint)
+    are candidates, never another run's. An explicit path must exist and
+    verify, else a clear error.
     """
     if path != "auto":
         if not os.path.isdir(path):
@@ -424,6 +480,9 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
             candidates.insert(0, named)
         elif dist.is_main_process():
             logger.warning("checkpoints/latest names %s, which does not exist; looking for others", named)
+    runs = [r for r in (checkpoint_run_id(c) for c in candidates) if r is not None]
+    if runs:  # the current run: the one latest names, else the newest checkpoint's
+        candidates = [c for c in candidates if checkpoint_run_id(c) in (runs[0], None)]
     for candidate in candidates:
         try:
             verify(candidate)

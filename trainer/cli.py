@@ -224,14 +224,12 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     check_launch_flags(ns)
     if ns.dry_run:
         return _run_here(task, options, args, dry_run=True)
-    from .lock import RunLock
+    from .output_dir import claim_for_command
 
-    probe = RunLock(args.output_dir)  # fail fast: output_dir writable and not in use by a live run
-    probe.acquire()
-    probe.release()
-    if wants_launch(ns):
-        return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
-    return _run_here(task, options, args, dry_run=False)
+    with claim_for_command(args, ns):  # one job owns output_dir until this command's last line
+        if wants_launch(ns):
+            return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
+        return _run_here(task, options, args, dry_run=False)
 
 
 def _cmd_launch(ns) -> int:

@@ -22,6 +22,7 @@ import paddle
 from paddle.io import BatchSampler, DataLoader
 from paddle.io.dataloader.collate import default_collate_fn
 
+from .batch_errors import load_batch
 from .errors import DataError
 
 
@@ -91,6 +92,10 @@ class ResumableDistributedBatchSampler(BatchSampler):
         full = self.num_samples // self.batch_size
         total = full if self.drop_last else int(math.ceil(self.num_samples / self.batch_size))
         return max(0, total - self.start_batch)
+
+    def batch_indices(self, batch: int) -> List[int]:
+        """The dataset indices of this rank's batch number ``batch`` of the current epoch (for error messages)."""
+        return self._local_indices()[batch * self.batch_size:(batch + 1) * self.batch_size].tolist()
 
     def batches_per_epoch(self) -> int:
         full = self.num_samples // self.batch_size
@@ -172,8 +177,8 @@ class InProcessLoader:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        for indices in self.batch_sampler:
-            yield _to_tensors(self.collate_fn([self.dataset[i] for i in indices]))
+        for indices in self.batch_sampler:  # a bad sample is a DataError naming its index and field
+            yield _to_tensors(load_batch(self.dataset, indices, self.collate_fn))
 
 
 def _to_tensors(value):

@@ -52,6 +52,7 @@ class TrainerState:
     world_size: int = 1
     global_batch_size: int = 0    # per-device batch x accumulation x world size
     skipped_steps: int = 0        # optimizer updates skipped (AMP overflow, NaN guard, callbacks)
+    run_id: str = ""              # the run the checkpoints belong to (kept on resume; see trainer.output_dir)
     # timing (host clocks; no device sync)
     data_wait_time: float = 0.0   # seconds spent waiting for batches, this fit()
     last_data_wait: float = 0.0   # seconds waited for the batches of the current step

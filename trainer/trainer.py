@@ -28,6 +28,7 @@ from callbacks.defaults import default_callbacks
 
 from . import distributed as dist
 from .args import TrainingArguments
+from .batch_errors import label_error
 from .checkpoint_io import CheckpointWriter
 from .clipping import clip_grad_norm
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
@@ -35,7 +36,7 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .launch import resume_after_restart
-from .lock import RunLock
+from .output_dir import claim
 from .schedules import build_scheduler
 from .state import TrainerState
 from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
@@ -205,8 +206,21 @@ class Trainer:
         if self.loss_fn is not None:
             if labels is None:
                 raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
-            return self.loss_fn(outputs, labels)
+            try:
+                return self.loss_fn(outputs, labels)
+            except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
+                error = label_error(outputs, labels, self._current_batch_indices())
+                if error is None:
+                    raise
+                raise error from exc
         return _loss_from_outputs(outputs)
+
+    def _current_batch_indices(self):
+        """Dataset indices of the micro-batch being trained on (None outside training)."""
+        if self._train_sampler is None or self.state.status != "running":
+            return None
+        k = self.args.gradient_accumulation_steps
+        return self._train_sampler.batch_indices(self.state.step_in_epoch * k + self.state.micro_step)
 
     def _forward(self, model, batch):
         """Run the model on a batch; return (outputs, labels or None)."""
@@ -253,9 +267,8 @@ class Trainer:
         state = self.state
         state.status, state.should_stop, state.error = "running", False, None
         resume = resume_after_restart(resume_from_checkpoint or self.args.resume_from_checkpoint, self.args.output_dir)
-        lock = RunLock(self.args.output_dir)
-        if self.is_main_process:
-            lock.acquire()  # fails fast on an unwritable output_dir or a live run using it
+        lock = claim(self.args, self.is_main_process, resume, state.run_id)  # the run lock; no other run's checkpoints
+        state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
         try:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)

@@ -363,6 +363,10 @@ def main(task: str, recipe: Optional[str], overrides: Sequence[str], steps: int,
     Without ``workdir`` the runs go to a temporary directory, deleted when the
     runs are identical and kept (its path printed) when they are not.
     """
+    from .cli import resolve_run
+
+    _check_overrides(overrides)
+    resolve_run(task, recipe, None, list(overrides))  # a bad task, recipe or flag fails here, before any directory exists
     temporary = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix=f"ptrain-verify-{task}-")
     try:

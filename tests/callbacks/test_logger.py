@@ -115,7 +115,7 @@ def test_resumed_run_keeps_one_history_up_to_the_checkpoint_and_fresh_run_starts
     np.testing.assert_allclose([v for _, v in loss], [r["loss"] for r in records if "loss" in r], rtol=1e-6)
     assert [step for step, _ in vdl_points(tmp_path, "eval/accuracy")] == [3, 6]
     # a fresh run into the same directory starts a new history
-    make_trainer(tmp_path, max_steps=2, evaluation_strategy="no").fit()
+    make_trainer(tmp_path, max_steps=2, evaluation_strategy="no", overwrite_output_dir=True).fit()
     assert kinds(read_jsonl(tmp_path / "metrics.jsonl")) == [(2, "train")]
     assert [step for step, _ in vdl_points(tmp_path, "train/loss")] == [2]
 
