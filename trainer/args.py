@@ -284,6 +284,7 @@ def _convert(name: str, value: Any, hint: Any) -> Any:
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
             return None
         hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
     if hint is bool:
         if isinstance(value, bool):
             return value
