@@ -32,7 +32,8 @@ on_substep_end           ``backward_end`` of every micro-batch but the    ``on_b
                          last
 on_optimizer_begin/_end  ``optimizer_step_begin`` / ``_end``              ``on_optimizer_*``
 on_log                   ``log``                                          ``on_log``
-on_prediction_step       ``eval_step_end``                                ``on_eval_step_end``
+on_prediction_step       ``eval_step_end``; in ``predict()``, once per        ``on_eval_step_end``,
+                         batch at ``predict_end``                         ``on_predict_end``
 on_evaluate              after the evaluation's ``log``, as in PaddleNLP  ``on_log``
 on_save                  ``save_end``                                     ``on_save_end``
 on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
@@ -181,6 +182,12 @@ class PaddleNLPCallbacks(Callback):
 
     def on_eval_step_end(self, trainer):
         self.call(trainer, "on_prediction_step")
+
+    def on_predict_end(self, trainer):
+        # predict() has no per-batch events here; PaddleNLP calls on_prediction_step after each batch and nothing
+        # else in between, so calling it once per batch at the end gives the same sequence
+        for _ in range(len(trainer.eval_dataloader) if trainer.eval_dataloader is not None else 0):
+            self.call(trainer, "on_prediction_step")
 
     def on_eval_end(self, trainer):
         # PaddleNLP logs an evaluation before on_evaluate, and updates best_metric only when it saves
