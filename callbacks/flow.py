@@ -34,9 +34,10 @@ class FlowControl(Callback):
             s.should_evaluate = True
         if a.save_strategy == "steps" and step % a.save_steps == 0:
             s.should_save = True
-        if last:
-            s.should_evaluate |= a.evaluation_strategy != "no"
-            s.should_save |= a.save_strategy != "no"
+        if last:  # an epoch strategy whose epoch ends here acts in on_epoch_end, after the epoch's end
+            epoch_ends = s.step_in_epoch >= s.steps_per_epoch
+            s.should_evaluate |= a.evaluation_strategy == "steps" or (a.evaluation_strategy == "epoch" and not epoch_ends)
+            s.should_save |= a.save_strategy == "steps" or (a.save_strategy == "epoch" and not epoch_ends)
 
     def on_epoch_end(self, trainer):
         s, a = trainer.state, trainer.args
