@@ -136,6 +136,7 @@ def convert_args(pargs: Any):
     ours = set(TrainingArguments.field_names())
     values: dict = {}
     dropped = []
+    reference = _reference(pargs)
     for f in dataclasses.fields(pargs):
         if not f.init:
             continue
@@ -150,7 +151,7 @@ def convert_args(pargs: Any):
             continue
         if kind == "ignored":
             continue
-        if _is_set(f, value):
+        if _is_set(f, value, reference):
             dropped.append(name)
     # PaddleNLP's device default is gpu even without one: gpu here means "the GPU when there is one"
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
@@ -189,12 +190,22 @@ def _plain(value):
     return value
 
 
-def _is_set(f: dataclasses.Field, value) -> bool:
-    """Whether ``value`` differs from the field's default (so dropping it changes the run)."""
-    if f.default is not dataclasses.MISSING:
+def _reference(pargs):
+    """The same class with defaults only, as its __post_init__ leaves them (it fills some fields itself)."""
+    try:
+        return type(pargs)(output_dir=pargs.output_dir)
+    except Exception:  # noqa: BLE001 - a subclass with other required fields: compare with the declared defaults
+        return None
+
+
+def _is_set(f: dataclasses.Field, value, reference) -> bool:
+    """Whether ``value`` differs from the default (so dropping it changes the run)."""
+    if reference is not None:
+        default = getattr(reference, f.name, None)
+    elif f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         default = f.default_factory()  # type: ignore[misc]
     else:
         return True
-    return _plain(value) != _plain(default) and value not in (None, "", [], -1)
+    return _plain(value) != _plain(default)
