@@ -27,6 +27,7 @@ from callbacks.base import Callback, CallbackList
 from callbacks.defaults import default_callbacks
 
 from . import distributed as dist
+from . import iterable
 from .args import TrainingArguments
 from .checkpoint_io import CheckpointWriter
 from .columns import collate_for
@@ -142,6 +143,9 @@ class Trainer(PaddleNLPAPI):
 
     # ---- overridable building blocks -----------------------------------------
     def get_train_dataloader(self) -> paddle.io.DataLoader:
+        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.iterable)
+            self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
+            return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
         self._train_sampler = ResumableDistributedBatchSampler(
             n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
@@ -157,6 +161,8 @@ class Trainer(PaddleNLPAPI):
                            self.args.dataloader_num_workers)
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
+        if iterable.is_iterable(dataset):
+            return iterable.eval_batches(self, dataset, collate_for(self.model, self.args, self.collate_fn))
         n = dataset_length(dataset, "evaluation")
         if n < self.world_size:
             raise DataError(f"the evaluation dataset has {n} samples, fewer than the {self.world_size} processes: "

@@ -186,7 +186,11 @@ class PaddleNLPCallbacks(Callback):
     def on_predict_end(self, trainer):
         # predict() has no per-batch events here; PaddleNLP calls on_prediction_step after each batch and nothing
         # else in between, so calling it once per batch at the end gives the same sequence
-        for _ in range(len(trainer.eval_dataloader) if trainer.eval_dataloader is not None else 0):
+        try:
+            batches = len(trainer.eval_dataloader)
+        except TypeError:  # a stream has no length
+            batches = 0
+        for _ in range(batches):
             self.call(trainer, "on_prediction_step")
 
     def on_eval_end(self, trainer):
