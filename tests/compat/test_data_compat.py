@@ -163,3 +163,40 @@ def test_outputs_unpack_like_tuples(tmp_path):
     step, loss, train_metrics = trainer.train()
     assert isinstance(TrainOutput(step, loss, train_metrics), tuple) and step == 2 and np.isfinite(loss)
     assert {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"} <= set(train_metrics)
+
+
+class TwoLabelModel(paddle.nn.Layer):
+    """A QA-style model: two label keys, the model computes the loss when given them."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = make_mlp(classes=4)
+
+    def forward(self, features, start_positions=None, end_positions=None):
+        logits = self.net(features)
+        if start_positions is None:
+            return logits
+        ce = paddle.nn.functional.cross_entropy
+        return (ce(logits[:, :2], start_positions.reshape([-1, 1])) + ce(logits[:, 2:], end_positions.reshape([-1, 1])), logits)
+
+
+class TwoLabels(RawColumns):
+    def __getitem__(self, i):
+        x, y = self.data[i]
+        return {"features": x, "start_positions": y, "end_positions": 1 - y}
+
+
+def test_several_label_names_reach_compute_metrics_as_a_tuple(tmp_path):
+    seen = {}
+
+    def metrics(p):
+        seen["labels"] = p.label_ids
+        return {"n": len(p.label_ids)}
+
+    trainer = Trainer(TwoLabelModel(), args_for(tmp_path, label_names=["start_positions", "end_positions"],
+                                                evaluation_strategy="no"),
+                      train_dataset=TwoLabels(), eval_dataset=TwoLabels(), compute_metrics=metrics)
+    trainer.fit()
+    out = trainer.evaluate()
+    starts, ends = seen["labels"]
+    assert out["eval_n"] == 2 and starts.shape[0] == 32 and (starts.reshape(-1) + ends.reshape(-1) == 1).all()
