@@ -56,10 +56,18 @@ def write_data(path: str, n_train: int = 384, n_dev: int = 96, n_test: int = 32,
     return path
 
 
-def script_source(ours: bool) -> str:
+ARGS_IMPORT = "from paddlenlp.trainer import EarlyStoppingCallback, PdArgumentParser, TrainerCallback, TrainingArguments\n"
+OUR_ARGS_IMPORT = ("from paddlenlp.trainer import EarlyStoppingCallback, PdArgumentParser, TrainerCallback\n"
+                   "from trainer import TrainingArguments\n")
+
+
+def script_source(ours: bool, our_arguments: bool = False) -> str:
+    """The script; with ``ours`` the Trainer import swapped; with ``our_arguments`` TrainingArguments' too."""
     with open(SCRIPT, encoding="utf-8") as f:
         text = f.read()
-    assert text.count(PADDLENLP_IMPORT) == 1
+    assert text.count(PADDLENLP_IMPORT) == 1 and text.count(ARGS_IMPORT) == 1
+    if our_arguments:
+        text = text.replace(ARGS_IMPORT, OUR_ARGS_IMPORT)
     return text.replace(PADDLENLP_IMPORT, OUR_IMPORT) if ours else text
 
 

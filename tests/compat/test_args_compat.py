@@ -75,6 +75,21 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert "scale_loss=1024" in warnings[0] and "hybrid_parallel_topo_order" not in warnings[0]
 
 
+def test_a_paddlenlp_arguments_subclass_converts_and_names_its_own_fields(tmp_path, caplog):
+    pytest.importorskip("paddlenlp")
+    from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
+
+    @dataclasses.dataclass
+    class MyArguments(PaddleNLPArguments):  # as CompressionArguments extends it
+        prune_ratio: float = 0.0
+
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        trainer = Trainer(make_mlp(), MyArguments(str(tmp_path), prune_ratio=0.5, learning_rate=0.3, device="cpu"),
+                          loss_fn=paddle.nn.CrossEntropyLoss())
+    assert trainer.args.learning_rate == 0.3
+    assert any("prune_ratio=0.5" in r.getMessage() for r in caplog.records)
+
+
 def test_unknown_trainer_keywords_suggest_a_name():
     with pytest.raises(ConfigError, match=r"unknown keyword 'data_colator' \(did you mean 'data_collator'\?\)"):
         Trainer(make_mlp(), data_colator=None)

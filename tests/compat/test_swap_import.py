@@ -33,9 +33,9 @@ def runs(tmp_path_factory):
               "--load_best_model_at_end", "--metric_for_best_model", "accuracy", "--logging_steps", "5",
               "--report_to", "none", "--disable_tqdm", "true", "--save_total_limit", "2", "--device", "cpu"]
     out = {}
-    for name, ours in (("paddlenlp", False), ("ours", True)):
+    for name, ours, our_arguments in (("paddlenlp", False, False), ("ours", True, False), ("ours+args", True, True)):
         argv = common + ["--output_dir", str(tmp / name), "--early_stopping_patience", "3"]
-        out[name] = run_script(script_source(ours), argv, str(tmp), name)
+        out[name] = run_script(script_source(ours, our_arguments), argv, str(tmp), name.replace("+", "_"))
         out[name]["dir"] = str(tmp / name)
     return out
 
@@ -55,6 +55,13 @@ def test_both_trainers_finish_with_the_same_accuracy(runs):
     assert ours["eval_accuracy"] >= 0.9 and theirs["eval_accuracy"] >= 0.9  # the task is learnt by both
     assert abs(ours["eval_accuracy"] - theirs["eval_accuracy"]) <= 0.1
     assert abs(ours["test_accuracy"] - theirs["test_accuracy"]) <= 0.15
+
+
+def test_swapping_training_arguments_too(runs):
+    """Our TrainingArguments (two changed import lines) parse the same flags and train to the same accuracy."""
+    theirs, ours = runs["paddlenlp"], runs["ours+args"]
+    assert ours["global_step"] == theirs["global_step"] and ours["eval_accuracy"] >= 0.9
+    assert abs(ours["eval_accuracy"] - theirs["eval_accuracy"]) <= 0.1
 
 
 def test_the_recording_callback_sees_the_same_hook_calls(runs):
