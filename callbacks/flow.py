@@ -8,7 +8,9 @@ save_steps, flush_at_end). State saved: none.
 
 With ``flush_at_end`` (the default) the last step of a run always logs, and
 evaluates and saves when the strategy is not ``no``, so a finished run has
-final metrics and a final checkpoint; with ``flush_at_end=False`` the last
+final metrics and a final checkpoint (an ``epoch`` strategy whose epoch ends
+at that step evaluates and saves in ``on_epoch_end``, after the epoch has
+ended, as PaddleNLP and ``paddle.Model.fit`` do); with ``flush_at_end=False`` the last
 step is like any other, as in PaddleNLP's ``DefaultFlowCallback``. Replace it
 with your own subclass to change the policy.
 """
