@@ -25,8 +25,7 @@ def args_for(tmp_path, **kw):
     return TrainingArguments(**values)
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_batchencoding_batches_reach_the_model_as_keywords(tmp_path, workers):
+def test_batchencoding_batches_reach_the_model_as_keywords(tmp_path, workers=0):
     pytest.importorskip("paddlenlp")
     from compat_helpers import make_tiny_ernie
     from paddlenlp.data import DataCollatorWithPadding
@@ -38,11 +37,58 @@ def test_batchencoding_batches_reach_the_model_as_keywords(tmp_path, workers):
     samples = [dict(tokenizer("好的天" * (1 + i % 3)), labels=i % 2) for i in range(32)]
     collate = DataCollatorWithPadding(tokenizer)
     assert not isinstance(collate(samples[:2]), dict)  # a BatchEncoding: a Mapping, not a dict
-    trainer = Trainer(model, args_for(tmp_path / "out", dataloader_num_workers=workers, evaluation_strategy="no"),
+    trainer = Trainer(model, args_for(tmp_path / "out", dataloader_num_workers=workers, evaluation_strategy="no"),  # workers: below
                       train_dataset=samples, eval_dataset=samples, collate_fn=collate)
     trainer.fit()
     assert trainer.state.global_step == 2
     assert np.isfinite(trainer.evaluate()["eval_loss"])
+
+
+MAPPING_WITH_WORKERS = """
+import collections, sys
+import paddle
+sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+from helpers import ToyDataset, make_mlp
+from trainer import Trainer, TrainingArguments
+
+class Batch(collections.abc.Mapping):  # a Mapping that is not a dict, like paddlenlp's BatchEncoding
+    def __init__(self, data): self.data = data
+    def __getitem__(self, key): return self.data[key]
+    def __iter__(self): return iter(self.data)
+    def __len__(self): return len(self.data)
+
+def collate(samples):
+    return Batch({{"features": paddle.io.dataloader.collate.default_collate_fn([s[0] for s in samples]),
+                  "labels": paddle.io.dataloader.collate.default_collate_fn([s[1] for s in samples])}})
+
+class Net(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.net = make_mlp()
+    def forward(self, features, labels=None):
+        logits = self.net(features)
+        return paddle.nn.functional.cross_entropy(logits, labels.reshape([-1, 1])), logits
+
+for workers in (0, 1):
+    args = TrainingArguments(output_dir={out!r} + str(workers), per_device_train_batch_size=16, max_steps=3,
+                             dataloader_num_workers=workers, report_to=[], save_strategy="no",
+                             evaluation_strategy="no", device="cpu")
+    trainer = Trainer(Net(), args, train_dataset=ToyDataset(64), collate_fn=collate)
+    trainer.fit()
+    print("ok", workers, trainer.state.global_step)
+"""
+
+
+def test_mapping_batches_are_keywords_with_and_without_workers(tmp_path):
+    """In a fresh process: forking DataLoader workers from a test process that has run many trainers is not safe."""
+    import subprocess
+
+    from helpers import REPO
+
+    code = MAPPING_WITH_WORKERS.format(repo=REPO, tests=os.path.join(REPO, "tests"), out=str(tmp_path / "out"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ok 0 3" in proc.stdout and "ok 1 3" in proc.stdout
 
 
 def test_a_dataloader_given_as_dataset_gets_one_clear_line(tmp_path):
