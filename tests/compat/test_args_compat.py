@@ -122,3 +122,13 @@ def test_importing_the_project_does_not_import_paddlenlp():
             "assert 'paddlenlp' not in sys.modules, sorted(m for m in sys.modules if 'paddlenlp' in m)[:5]\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", ["trainer.args_aliases", "trainer.metric_keys", "trainer.compat.outputs",
+                                    "trainer.columns"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
