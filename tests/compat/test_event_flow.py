@@ -197,3 +197,19 @@ def test_state_seen_by_paddlenlp_callbacks(tmp_path):
     step, epoch, history, logs, *present = seen[0]
     assert (step, epoch, history) == (4, 0.5, 1) and "loss" in logs and all(present)
     assert seen[-1][3].get("train_loss") is not None  # train()'s summary log
+
+
+def test_paddlenlp_early_stopping_stops_both_trainers_at_the_same_step(tmp_path):
+    from paddlenlp.trainer import EarlyStoppingCallback
+
+    kwargs = dict(num_train_epochs=3, learning_rate=1e-9, evaluation_strategy="steps", eval_steps=4, save_steps=4,
+                  load_best_model_at_end=True, metric_for_best_model="loss")
+    streams, steps = {}, {}
+    for name, cls in (("paddlenlp", PaddleNLPTrainer), ("ours", Trainer)):
+        recorder = Recorder()
+        stopper = EarlyStoppingCallback(early_stopping_patience=2, early_stopping_threshold=0.01)
+        trainer = make(cls, tmp_path / name, [stopper, recorder], **kwargs)
+        steps[name] = trainer.train().global_step
+        streams[name] = recorder.events
+    assert steps["paddlenlp"] == steps["ours"] == 12  # evaluations at 4 (best), 8, 12: no improvement twice
+    assert streams["ours"] == streams["paddlenlp"]
