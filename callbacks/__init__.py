@@ -14,9 +14,10 @@ from .nan_guard import NaNGuard
 from .logger import Rank0Logger
 from .preemption import Preemption
 from .lr_warmup import LRWarmup
+from .load_best import LoadBestModel
 from .early_stopping import EarlyStopping
 from .export import Export
 from .watchdog import StallWatchdog
 from .spike_recovery import LossSpikeRecovery
 
-__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks", "StallWatchdog", "LossSpikeRecovery"]
+__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "LoadBestModel", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks", "StallWatchdog", "LossSpikeRecovery"]

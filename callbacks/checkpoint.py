@@ -6,8 +6,9 @@ does the complete-or-nothing write (``trainer.checkpoint_io``). This callback
 owns what happens around it.
 
 Events: ``on_eval_end`` (compare ``args.metric_for_best_model`` with the best
-so far; ``args.greater_is_better`` or the metric's name decides the
-direction), ``on_save_end`` (record ``state.best_checkpoint``),
+so far; ``accuracy`` and ``eval_accuracy`` name the same metric, a name no
+evaluation produces is a ConfigError listing the keys; ``args.greater_is_better``
+or the metric's name decides the direction), ``on_save_end`` (record ``state.best_checkpoint``),
 ``on_save_begin`` and ``on_fit_end`` (rotate, rank 0 only). Options:
 ``best_k`` (keep the best K by the metric, default 1); the rest from
 ``trainer.args``. State saved: the best evaluations (step and value).
@@ -29,6 +30,7 @@ from typing import Optional
 
 from trainer.checkpoint_io import MANIFEST, checkpoints_dir, list_checkpoints
 from trainer.errors import TrainingError
+from trainer.metric_keys import metric_key
 
 from .base import Callback
 
@@ -43,12 +45,15 @@ class Checkpoint(Callback):
         self.best = []  # [(value, step)], best first
 
     def on_eval_end(self, trainer):
-        name = trainer.args.metric_for_best_model
-        if not name or name not in trainer.state.metrics:
+        name, metrics = trainer.args.metric_for_best_model, trainer.state.metrics
+        if not name:
             return
+        if trainer.state.status != "running":  # evaluate() outside fit(): not a candidate, never an error
+            return
+        key = metric_key(name, metrics)  # accuracy == eval_accuracy; an unknown name is an error listing the keys
         sign = -1.0 if trainer.args.greater_is_better_resolved else 1.0
         step = trainer.state.global_step
-        self.best = sorted([b for b in self.best if b[1] != step] + [(trainer.state.metrics[name], step)],
+        self.best = sorted([b for b in self.best if b[1] != step] + [(float(metrics[key]), step)],
                            key=lambda b: sign * b[0])[: self.best_k]
         trainer.state.best_metric = self.best[0][0]
 

@@ -13,6 +13,7 @@ StallWatchdog          more than one process (world size > 1)             85
 GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
 Rank0Logger            ``report_to`` not empty                            100
 Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
+LoadBestModel          ``load_best_model_at_end``                         210
 =====================  =================================================  =====
 
 Not in the default set, add them with ``Trainer(callbacks=[...])``:
@@ -34,6 +35,7 @@ from .base import Callback
 from .checkpoint import Checkpoint
 from .flow import FlowControl
 from .gpu_monitor import GPUUtilizationMonitor
+from .load_best import LoadBestModel
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
 from .preemption import Preemption
@@ -49,6 +51,8 @@ def default_callbacks(args) -> List[Callback]:
         out.append(LRWarmup())
     if args.amp != "off":
         out.append(AMP(dtype={"fp16": "float16", "bf16": "bfloat16"}[args.amp], level=args.amp_level))
+    if args.load_best_model_at_end:
+        out.append(LoadBestModel())
     if get_world_size() > 1:  # the launcher's environment: one watchdog per rank
         out.append(StallWatchdog())
     return out

@@ -9,7 +9,8 @@ the same step. Evaluations outside ``fit()`` are not counted.
 Options:
 
 - ``metric``: a key of the evaluation metrics (default ``eval_loss``); a name
-  without the ``eval_`` prefix (``accuracy``) is looked up as ``eval_accuracy``.
+  without the ``eval_`` prefix (``accuracy``) is looked up as ``eval_accuracy``
+  (``trainer.metric_keys``, shared with Checkpoint and load_best_model_at_end).
 - ``mode``: ``min`` or ``max``; default ``min`` for names ending in ``loss``,
   ``max`` otherwise.
 - ``patience``: evaluations in a row without improvement that stop training.
@@ -34,6 +35,7 @@ import math
 from typing import Optional
 
 from trainer.errors import ConfigError
+from trainer.metric_keys import metric_key
 
 from .base import Callback
 
@@ -71,12 +73,7 @@ class EarlyStopping(Callback):
         return value > self.best + self.min_delta
 
     def _value(self, metrics: dict) -> float:
-        for key in (self.metric, "eval_" + self.metric):
-            if key in metrics:
-                return float(metrics[key])
-        raise ConfigError(f"EarlyStopping metric {self.metric!r} is not in the evaluation metrics "
-                          f"({', '.join(sorted(metrics)) or 'none'}): pass EarlyStopping(metric=...) with one of them, "
-                          "or return it from compute_metrics")
+        return float(metrics[metric_key(self.metric, metrics, owner="EarlyStopping metric")])
 
     # ---- events ---------------------------------------------------------------------
     def on_fit_begin(self, trainer):

@@ -13,6 +13,7 @@ _EXPORTS = {
     "Trainer": "trainer.trainer",
     "EvalPrediction": "trainer.trainer",
     "PredictionOutput": "trainer.trainer",
+    "TrainOutput": "trainer.compat.outputs",
     "TrainingArguments": "trainer.args",
     "TrainerState": "trainer.state",
     "Event": "trainer.events",

@@ -18,7 +18,7 @@ import math
 import os
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional
 
 from .errors import ConfigError
 
@@ -29,6 +29,7 @@ OPTIMIZERS = ("adamw", "momentum", "sgd")
 STRATEGIES = ("no", "steps", "epoch")
 DEVICES = ("auto", "cpu", "gpu")
 REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
+DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
 
 
 @dataclass
@@ -58,24 +59,29 @@ class TrainingArguments:
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
     momentum: float = field(default=0.9, metadata={"help": "momentum of the momentum optimizer"})
-    max_grad_norm: Optional[float] = field(default=None, metadata={"help": "clip gradients to this global L2 norm; None = no clipping"})
+    max_grad_norm: Optional[float] = field(default=None, metadata={"help": "clip gradients to this global L2 norm; None or 0 = no clipping (PaddleNLP's default is 1.0)"})
     # schedule
     lr_scheduler_type: str = field(default="linear", metadata={"help": "decay after warmup: " + " | ".join(SCHEDULERS)})
     warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps; 0 = no warmup (wins over warmup_ratio)"})
     warmup_ratio: float = field(default=0.0, metadata={"help": "warmup as a fraction of all optimizer steps"})
     lr_step_size: int = field(default=30, metadata={"help": "epochs between decays for lr_scheduler_type=step"})
-    lr_milestones: list = field(default_factory=lambda: [30, 60, 80], metadata={"help": "epochs at which multistep decays"})
+    lr_milestones: List[int] = field(default_factory=lambda: [30, 60, 80], metadata={"help": "epochs at which multistep decays"})
     lr_gamma: float = field(default=0.1, metadata={"help": "decay factor of step and multistep"})
     scale_lr_by_batch: Optional[int] = field(default=None, metadata={"help": "linear scaling rule: peak lr = learning_rate x global batch / this reference batch"})
     # mixed precision
     amp: str = field(default="off", metadata={"help": "mixed precision: " + " | ".join(AMP_CHOICES)})
     amp_level: str = field(default="O1", metadata={"help": "auto_cast level: O1 (lists of ops) or O2 (almost all ops, fp32 master weights)"})
+    fp16: bool = field(default=False, metadata={"help": "PaddleNLP spelling of --amp fp16"})
+    bf16: bool = field(default=False, metadata={"help": "PaddleNLP spelling of --amp bf16"})
+    fp16_opt_level: Optional[str] = field(default=None, metadata={"help": "PaddleNLP spelling of --amp_level (O1 | O2)"})
     # reproducibility
     seed: int = field(default=42, metadata={"help": "seed of paddle, numpy and random, set when fit() starts"})
     data_seed: int = field(default=0, metadata={"help": "epoch e is shuffled with numpy RandomState(data_seed + e); 0 gives paddle's DistributedBatchSampler order"})
     # logging, evaluation, saving
+    logging_strategy: str = field(default="steps", metadata={"help": "when to log the training loss: " + " | ".join(STRATEGIES)})
     logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
-    report_to: list = field(default_factory=lambda: ["tqdm", "jsonl", "visualdl"], metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; [] = none"})
+    logging_first_step: bool = field(default=False, metadata={"help": "also log after the first optimizer step"})
+    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS)})
     disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
     evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
@@ -84,15 +90,29 @@ class TrainingArguments:
     save_total_limit: Optional[int] = field(default=None, metadata={"help": "keep at most this many recent checkpoints; None = all"})
     metric_for_best_model: Optional[str] = field(default=None, metadata={"help": "evaluation metric that ranks checkpoints, e.g. eval_accuracy"})
     greater_is_better: Optional[bool] = field(default=None, metadata={"help": "whether a larger metric_for_best_model is better (default: not for *loss)"})
+    load_best_model_at_end: bool = field(default=False, metadata={"help": "after training, load the weights of the best checkpoint by metric_for_best_model (default eval_loss) into the model"})
+    flush_at_end: bool = field(default=True, metadata={"help": "the last step always logs, evaluates and saves (when their strategy is not no); PaddleNLP's Trainer does not (false)"})
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
-    resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or 'auto' for the latest in output_dir"})
+    resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
-    device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu"})
+    device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
     find_unused_parameters: bool = field(default=False, metadata={"help": "DataParallel: allow parameters that get no gradient"})
+    # data columns
+    label_names: Optional[List[str]] = field(default=None, metadata={"help": "batch keys that hold the labels (default: labels)"})
+    remove_unused_columns: bool = field(default=True, metadata={"help": "drop sample keys the model's forward does not take (labels kept)"})
+    # what a script should run (read by scripts, as in PaddleNLP; the Trainer itself ignores them)
+    do_train: bool = field(default=False, metadata={"help": "for scripts: run training"})
+    do_eval: bool = field(default=False, metadata={"help": "for scripts: run evaluation"})
+    do_predict: bool = field(default=False, metadata={"help": "for scripts: run prediction"})
+    do_export: bool = field(default=False, metadata={"help": "for scripts: export an inference model"})
 
     def __post_init__(self) -> None:
+        from .args_aliases import normalize_aliases_before, normalize_aliases_after
+
+        normalize_aliases_before(self)
         self._coerce_types()
+        normalize_aliases_after(self)
         self._validate()
 
     # ---- validation: the one place -------------------------------------
@@ -131,6 +151,7 @@ class TrainingArguments:
         _choice("amp_level", self.amp_level, AMP_LEVELS)
         _choice("evaluation_strategy", self.evaluation_strategy, STRATEGIES)
         _choice("save_strategy", self.save_strategy, STRATEGIES)
+        _choice("logging_strategy", self.logging_strategy, STRATEGIES)
         _choice("device", self.device, DEVICES)
         for reporter in self.report_to:
             _choice("report_to", reporter, REPORTERS)
@@ -138,6 +159,9 @@ class TrainingArguments:
             raise ConfigError("eval_steps=0 but evaluation_strategy='steps': set --eval_steps N (N > 0) or another evaluation_strategy")
         if self.save_strategy == "steps" and self.save_steps == 0:
             raise ConfigError("save_steps=0 but save_strategy='steps': set --save_steps N (N > 0) or --save_strategy no")
+        from .args_aliases import validate_best_model
+
+        validate_best_model(self)
         if not str(self.output_dir).strip():
             raise ConfigError("output_dir is empty: give a directory, e.g. --output_dir runs/exp1")
 
@@ -187,6 +211,45 @@ class TrainingArguments:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    # ---- read-only facts scripts log (PaddleNLP names) ---------------------
+    @property
+    def world_size(self) -> int:
+        """Processes in this run (from the launcher's environment)."""
+        return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+
+    @property
+    def process_index(self) -> int:
+        """This process's global rank."""
+        return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node; -1 when not launched (as in PaddleNLP)."""
+        return int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("PADDLE_RANK_IN_NODE", "-1")))
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.per_device_train_batch_size
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self.per_device_eval_batch_size
+
+    @property
+    def should_save(self) -> bool:
+        """Whether this process writes files (the main process)."""
+        return self.process_index == 0
+
+    def print_config(self, args=None, key: str = "") -> None:
+        """Log every field of ``args`` (default: these arguments), one per line, as PaddleNLP does."""
+        import logging
+
+        from .args_aliases import config_lines
+
+        log = logging.getLogger("trainer")
+        for line in config_lines(args if args is not None else self, key):
+            log.info(line)
+
 
 # ---- helpers --------------------------------------------------------------
 def _check(name: str, value: Any, ok: bool, allowed: str) -> None:
@@ -222,6 +285,7 @@ def _convert(name: str, value: Any, hint: Any) -> Any:
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
             return None
         hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
     if hint is bool:
         if isinstance(value, bool):
             return value

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from typing import Iterator, List
 
 import numpy as np
@@ -120,6 +121,9 @@ class ShardedEvalSampler(BatchSampler):
 
 
 def dataset_length(dataset, role: str) -> int:
+    if isinstance(dataset, paddle.io.DataLoader):
+        raise DataError(f"the {role} dataset is a paddle.io.DataLoader: pass its dataset (loader.dataset) and "
+                        "set the batch size, workers and collate_fn through TrainingArguments and Trainer(collate_fn=...)")
     if isinstance(dataset, paddle.io.IterableDataset):
         raise DataError(f"the {role} dataset is an IterableDataset: give a map-style dataset (with __len__ and __getitem__)")
     try:
@@ -186,7 +190,7 @@ def _to_tensors(value):
         return paddle.to_tensor(value)
     if isinstance(value, (list, tuple)):
         return [_to_tensors(v) for v in value]
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dict, paddlenlp BatchEncoding (a Mapping, not a dict), ...
         return {k: _to_tensors(v) for k, v in value.items()}
     return value
 

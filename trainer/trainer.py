@@ -17,7 +17,7 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, List, Optional
 
 import numpy as np
@@ -27,16 +27,22 @@ from callbacks.base import Callback, CallbackList
 from callbacks.defaults import default_callbacks
 
 from . import distributed as dist
+from . import iterable
 from .args import TrainingArguments
 from .batch_errors import label_error
 from .checkpoint_io import CheckpointWriter
 from .clipping import clip_grad_norm
+from .columns import collate_for
+from .compat.api import PaddleNLPAPI
+from .compat.door import translate_init
+from .compat.outputs import EvalPrediction, PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .launch import resume_after_restart
 from .output_dir import claim
+from .metric_keys import flatten_metrics
 from .schedules import build_scheduler
 from .state import TrainerState
 from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
@@ -44,22 +50,7 @@ from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 g
 logger = logging.getLogger("trainer")
 
 
-@dataclass
-class EvalPrediction:
-    """What ``compute_metrics`` receives: numpy arrays over the whole dataset, in order."""
-
-    predictions: Any
-    label_ids: Any
-
-
-@dataclass
-class PredictionOutput:
-    predictions: Any
-    label_ids: Any
-    metrics: dict
-
-
-class Trainer:
+class Trainer(PaddleNLPAPI):
     """Train, evaluate and predict with a ``paddle.nn.Layer`` on one process or many.
 
     Args:
@@ -73,7 +64,13 @@ class Trainer:
             builds the optimizer, :meth:`create_lr_scheduler` builds one.
         compute_metrics: ``compute_metrics(EvalPrediction) -> dict`` of floats.
         callbacks: extra :class:`callbacks.Callback` instances, added to the
-            default set that ``args`` switches on (see ``callbacks.defaults``).
+            default set that ``args`` switches on (see ``callbacks.defaults``);
+            PaddleNLP ``TrainerCallback`` and ``paddle.callbacks.Callback``
+            objects are wrapped by adapters (``trainer.compat``).
+        **paddlenlp_kwargs: PaddleNLP's constructor keywords (``data_collator``,
+            ``criterion``, ``optimizers``, ``tokenizer``,
+            ``preprocess_logits_for_metrics``); ``args`` may also be a paddlenlp
+            ``TrainingArguments``. Translated at the door (``trainer.compat.door``).
 
     Example::
 
@@ -86,9 +83,13 @@ class Trainer:
                  train_dataset=None, eval_dataset=None, loss_fn: Optional[Callable] = None,
                  collate_fn: Optional[Callable] = None, optimizer: Optional[paddle.optimizer.Optimizer] = None,
                  lr_scheduler=None, compute_metrics: Optional[Callable] = None,
-                 callbacks: Optional[Iterable[Callback]] = None):
+                 callbacks: Optional[Iterable[Callback]] = None, **paddlenlp_kwargs):
         if not isinstance(model, paddle.nn.Layer):
             raise ConfigError(f"model must be a paddle.nn.Layer, got {type(model).__name__}")
+        door = translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler, paddlenlp_kwargs)
+        args, callbacks, loss_fn, collate_fn = door.args, door.callbacks, door.loss_fn, door.collate_fn
+        optimizer, lr_scheduler = door.optimizer, door.lr_scheduler
+        self.tokenizer, self.preprocess_predictions = door.tokenizer, door.preprocess_predictions
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
@@ -112,6 +113,8 @@ class Trainer:
         self._seeded_train: Optional[SeededDataset] = None
         self._writer = CheckpointWriter()
         self._pending_resume: Optional[str] = None
+        self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
+        self._compat_init_end(door.paddlenlp_args)
 
     # ---- public facts --------------------------------------------------------
     @property
@@ -127,10 +130,12 @@ class Trainer:
         return self._rank == 0
 
     def add_callback(self, callback: Callback) -> None:
-        self.callbacks.add(callback)
+        for cb in self._adapt(callback):  # PaddleNLP and hapi callbacks join their adapter
+            self.callbacks.add(cb)
 
     def remove_callback(self, callback_or_type) -> None:
         self.callbacks.remove(callback_or_type)
+        self._remove_adapted(callback_or_type)  # from the PaddleNLP and hapi adapters too
 
     def describe_callbacks(self) -> str:
         """The resolved callbacks per event in the order they will run."""
@@ -142,6 +147,9 @@ class Trainer:
 
     # ---- overridable building blocks -----------------------------------------
     def get_train_dataloader(self) -> paddle.io.DataLoader:
+        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.iterable)
+            self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
+            return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
         self._train_sampler = ResumableDistributedBatchSampler(
             n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
@@ -153,15 +161,19 @@ class Trainer:
         if self.args.dataloader_num_workers > 0:
             # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
             dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
-        return make_loader(dataset, self._train_sampler, self.collate_fn, self.args.dataloader_num_workers)
+        return make_loader(dataset, self._train_sampler, collate_for(self.model, self.args, self.collate_fn),
+                           self.args.dataloader_num_workers)
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
+        if iterable.is_iterable(dataset):
+            return iterable.eval_batches(self, dataset, collate_for(self.model, self.args, self.collate_fn))
         n = dataset_length(dataset, "evaluation")
         if n < self.world_size:
             raise DataError(f"the evaluation dataset has {n} samples, fewer than the {self.world_size} processes: "
                             "give more samples or run with fewer processes")
         sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, self.world_size, self.rank)
-        return make_loader(dataset, sampler, self.collate_fn, self.args.dataloader_num_workers)
+        return make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
+                           self.args.dataloader_num_workers)
 
     def create_optimizer(self) -> paddle.optimizer.Optimizer:
         """``args.optim`` over the model's parameters; weight decay only on
@@ -224,11 +236,12 @@ class Trainer:
 
     def _forward(self, model, batch):
         """Run the model on a batch; return (outputs, labels or None)."""
-        if isinstance(batch, dict):
-            if self.loss_fn is not None and "labels" in batch:
-                rest = {k: v for k, v in batch.items() if k != "labels"}
-                return model(**rest), batch["labels"]
-            return model(**batch), batch.get("labels")
+        if isinstance(batch, Mapping):  # dict, paddlenlp BatchEncoding, ...: keyword arguments
+            keys = self.args.label_names or ["labels"]
+            labels = _labels_of(batch, keys)
+            if self.loss_fn is not None and labels is not None:
+                return model(**{k: v for k, v in batch.items() if k not in keys}), labels
+            return model(**batch), labels
         if isinstance(batch, (list, tuple)):
             if len(batch) == 1:
                 return model(batch[0]), None
@@ -306,7 +319,7 @@ class Trainer:
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
         _seed_everything(a.seed)
-        loader = self.get_train_dataloader()
+        loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()
         if self.optimizer is None:
             if self.lr_scheduler is None:
@@ -404,7 +417,7 @@ class Trainer:
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
         self.state.samples_seen += _batch_size(batch) * self.world_size
-        if isinstance(batch, dict) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
+        if isinstance(batch, Mapping) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
             self.state.tokens_seen += math.prod(batch["input_ids"].shape) * self.world_size
         return batch
 
@@ -523,12 +536,11 @@ class Trainer:
         if loss_sum is not None:
             metrics[f"{prefix}_loss"] = loss_sum / count
         if self.compute_metrics is not None and labels is not None:
-            for key, value in self.compute_metrics(EvalPrediction(preds, labels)).items():
-                metrics[key if key.startswith(prefix + "_") else f"{prefix}_{key}"] = float(value)
+            metrics.update(flatten_metrics(self.compute_metrics(EvalPrediction(preds, labels)), prefix))
         return metrics
 
     def _run_inference(self, dataset, begin: Optional[Event], end: Optional[Event]):
-        loader = self.get_eval_dataloader(dataset)
+        loader = self.eval_dataloader = self.get_eval_dataloader(dataset)
         model = self.model_wrapped if isinstance(self.model_wrapped, paddle.DataParallel) else self.model
         was_training = model.training
         model.eval()
@@ -540,6 +552,8 @@ class Trainer:
                     if begin:
                         self.fire(begin)
                     loss, preds, labels = self.evaluation_step(self.model, batch)
+                    if self.preprocess_predictions is not None:  # e.g. argmax per batch: less to keep and gather
+                        preds = self.preprocess_predictions(preds, labels)
                     n = _batch_size(batch)
                     count += n
                     if loss is not None:
@@ -665,13 +679,21 @@ def _logits_from_outputs(outputs: Any):
 
 def _batch_size(batch: Any) -> int:
     """Rows in a batch, from tensor metadata (no device sync)."""
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):
         batch = next(iter(batch.values()))
     if isinstance(batch, (list, tuple)):
         batch = batch[0]
         if isinstance(batch, (list, tuple, dict)):
             return _batch_size(batch)
     return int(batch.shape[0]) if hasattr(batch, "shape") and len(batch.shape) else 1
+
+
+def _labels_of(batch: Mapping, keys: List[str]):
+    """The label tensor (one key) or tuple of tensors (several keys) of a mapping batch; None when absent."""
+    found = [batch[k] for k in keys if k in batch]
+    if not found:
+        return None
+    return found[0] if len(keys) == 1 else tuple(found)
 
 
 def _detach(value):

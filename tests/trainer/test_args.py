@@ -27,7 +27,7 @@ def test_defaults_are_the_documented_ones():
     ("lr_scheduler_type", "cosin", "did you mean 'cosine'"),
     ("optim", "adam", "optim='adam' is not allowed: choose one of adamw, momentum, sgd"),
     ("weight_decay", -0.1, "weight_decay=-0.1"),
-    ("max_grad_norm", 0, "max_grad_norm=0.0 is not allowed: max_grad_norm must be None (no clipping) or a number > 0"),
+    ("max_grad_norm", -1, "max_grad_norm=-1.0 is not allowed: max_grad_norm must be None (no clipping) or a number > 0"),
     ("warmup_steps", -1, "warmup_steps=-1"),
     ("warmup_ratio", 1.5, "warmup_ratio=1.5"),
     ("adam_beta1", 1.0, "adam_beta1=1.0"),

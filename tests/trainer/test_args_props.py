@@ -154,7 +154,14 @@ VALID = {
     "metric_for_best_model": st.none() | st.sampled_from(["eval_accuracy", "eval_loss", "eval_f1"]),
     "greater_is_better": st.none() | st.booleans(),
     "resume_from_checkpoint": st.none() | st.just("auto") | path_text,
-    "device": st.sampled_from(DEVICES),
+    "device": st.sampled_from([d for d in DEVICES if d != "auto"]),  # auto is resolved to gpu or cpu
+    # PaddleNLP spellings that change other fields (tested in tests/compat/test_args_compat.py)
+    "fp16": st.just(False),
+    "bf16": st.just(False),
+    "fp16_opt_level": st.none(),
+    "load_best_model_at_end": st.just(False),
+    "logging_strategy": st.sampled_from(STRATEGIES),
+    "label_names": st.none() | st.lists(st.sampled_from(["labels", "start_positions", "end_positions"]), min_size=1, unique=True),
 }
 
 

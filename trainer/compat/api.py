@@ -1,0 +1,214 @@
+"""PaddleNLPAPI: the methods a PaddleNLP ``Trainer`` script calls, on top of
+``fit()`` / ``evaluate()`` / ``predict()`` (a mixin of ``trainer.Trainer``;
+the same machinery, not a second loop):
+
+- ``train(resume_from_checkpoint=None)`` -> :class:`TrainOutput` (global_step,
+  training_loss, metrics: train_runtime, train_samples_per_second,
+  train_steps_per_second, train_loss); ``fit()`` plus a summary ``log``;
+  ``resume_from_checkpoint=True`` means the latest checkpoint (``auto``);
+- ``save_model(output_dir=None)``: the ``save_pretrained`` format (model, and
+  the tokenizer when given) that ``from_pretrained`` loads; a plain
+  ``paddle.nn.Layer`` is saved as ``model_state.pdparams``;
+- ``log_metrics(split, metrics)``, ``save_metrics(split, metrics,
+  combined=True)`` (``<split>_results.json`` and ``all_results.json``),
+  ``save_state()`` (``trainer_state.json``), ``metrics_format(metrics)``;
+- ``is_world_process_zero()``, ``is_local_process_zero()``,
+  ``pop_callback(callback_or_class)``.
+
+All of it writes on rank 0 only; every rank may call it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import time
+from typing import Optional
+
+from callbacks.base import Callback
+
+logger = logging.getLogger("trainer")
+
+
+class _LossTotal(Callback):
+    """Sums the step losses of one ``train()`` on the device (no host sync per step)."""
+
+    order = 95
+
+    def __init__(self):
+        self.total, self.steps = None, 0
+
+    @property
+    def state_key(self) -> str:
+        return "_TrainLossTotal"
+
+    def on_step_end(self, trainer):
+        loss = trainer.state.step_loss
+        if loss is not None:
+            self.total = loss if self.total is None else self.total + loss
+            self.steps += 1
+
+
+class PaddleNLPAPI:
+    """The PaddleNLP names of ``trainer.Trainer``'s machinery."""
+
+    tokenizer = None
+    preprocess_predictions = None
+    _in_train_api = False
+
+    # ---- the door (called from Trainer.__init__) ------------------------------------
+    def _compat_init_end(self, paddlenlp_args) -> None:
+        from .paddlenlp_callbacks import PaddleNLPCallbacks
+
+        handler = self.callbacks.get(PaddleNLPCallbacks)
+        if handler is not None:
+            handler.paddlenlp_args = paddlenlp_args
+            handler.init_end(self)
+
+    def _adapt(self, callback) -> list:
+        from .door import adapt_callbacks
+
+        return adapt_callbacks([callback], existing=list(self.callbacks))
+
+    # ---- train -------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint=None, ignore_keys_for_eval=None, **kwargs):
+        """PaddleNLP's ``train()``: ``fit()``, then a summary ``log``; returns a :class:`TrainOutput`."""
+        from .outputs import TrainOutput
+
+        if kwargs:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"train() got unknown keywords {sorted(kwargs)}: it takes resume_from_checkpoint")
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = "auto"
+        elif resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        tracker = _LossTotal()
+        self.callbacks.add(tracker)
+        start, step0, samples0 = time.time(), self.state.global_step, self.state.samples_seen
+        self._in_train_api = True
+        try:
+            self.fit(resume_from_checkpoint=resume_from_checkpoint)
+        finally:
+            self._in_train_api = False
+            self.callbacks.remove(tracker)
+        runtime = max(time.time() - start, 1e-9)
+        loss = float(tracker.total) / tracker.steps if tracker.steps else float("nan")  # one host sync, at the end
+        metrics = {"train_runtime": round(runtime, 4),
+                   "train_samples_per_second": round((self.state.samples_seen - samples0) / runtime, 4),
+                   "train_steps_per_second": round((self.state.global_step - step0) / runtime, 4),
+                   "train_loss": loss}
+        s = self.state
+        self.log({"step": s.global_step, "epoch": round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4),
+                  **metrics})
+        for handler in self._compat_handlers():
+            handler.train_end(self)
+        return TrainOutput(self.state.global_step, loss, metrics)
+
+    def _compat_handlers(self):
+        from .paddlenlp_callbacks import PaddleNLPCallbacks
+
+        return [cb for cb in self.callbacks if isinstance(cb, PaddleNLPCallbacks)]
+
+    # ---- files ---------------------------------------------------------------------------
+    def save_model(self, output_dir: Optional[str] = None, merge_tensor_parallel: bool = False) -> str:
+        """Write the model (and tokenizer) so that ``from_pretrained(output_dir)`` loads them; rank 0 only."""
+        import paddle
+
+        output_dir = output_dir or self.args.output_dir
+        self.wait_for_checkpoint()
+        if self.is_main_process:
+            os.makedirs(output_dir, exist_ok=True)
+            if hasattr(self.model, "save_pretrained"):
+                self.model.save_pretrained(output_dir)
+            else:
+                paddle.save(self.model.state_dict(), os.path.join(output_dir, "model_state.pdparams"))
+            if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
+                self.tokenizer.save_pretrained(output_dir)
+            with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+                json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
+        return output_dir
+
+    def metrics_format(self, metrics: dict) -> dict:
+        """Metrics for people: runtimes as h:mm:ss.ss, floats rounded to 4 places."""
+        out = {}
+        for key, value in metrics.items():
+            if "_runtime" in key and isinstance(value, (int, float)):
+                out[key] = str(datetime.timedelta(seconds=round(value, 2)))
+            elif isinstance(value, float):
+                out[key] = round(value, 4)
+            else:
+                out[key] = value
+        return out
+
+    def log_metrics(self, split: str, metrics: dict) -> None:
+        """Log ``metrics`` as an aligned block under ``***** split metrics *****`` (rank 0)."""
+        if not self.is_world_process_zero() or not metrics:
+            return
+        shown = self.metrics_format(metrics)
+        kw, vw = max(len(str(k)) for k in shown), max(len(str(v)) for v in shown.values())
+        logger.info("***** %s metrics *****", split)
+        for key in sorted(shown):
+            logger.info(f"  {key: <{kw}} = {shown[key]!s:>{vw}}")
+
+    def save_metrics(self, split: str, metrics: dict, combined: bool = True) -> None:
+        """``output_dir/<split>_results.json``, merged into ``all_results.json`` when ``combined`` (rank 0)."""
+        if not self.is_world_process_zero():
+            return
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        _write_json(os.path.join(self.args.output_dir, f"{split}_results.json"), metrics)
+        if combined:
+            path = os.path.join(self.args.output_dir, "all_results.json")
+            merged = {}
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    merged = json.load(f)
+            merged.update(metrics)
+            _write_json(path, merged)
+
+    def save_state(self) -> None:
+        """``output_dir/trainer_state.json``: the trainer state with PaddleNLP's key names added (rank 0)."""
+        if not self.is_world_process_zero():
+            return
+        state = self.state.state_dict()
+        state["best_model_checkpoint"] = state.get("best_checkpoint")
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        _write_json(os.path.join(self.args.output_dir, "trainer_state.json"), state)
+
+    # ---- facts and callbacks -----------------------------------------------------------
+    def is_world_process_zero(self) -> bool:
+        return self.is_main_process
+
+    def is_local_process_zero(self) -> bool:
+        from .. import distributed as dist
+
+        return dist.get_local_rank() == 0
+
+    def _remove_adapted(self, callback) -> None:
+        for cb in list(self.callbacks):
+            pop = getattr(cb, "pop", None)
+            if callable(pop):
+                while pop(callback) is not None and isinstance(callback, type):
+                    pass
+
+    def pop_callback(self, callback):
+        """Remove a callback (an instance or the first of a class) and return it; None when absent."""
+        for cb in list(self.callbacks):
+            pop = getattr(cb, "pop", None)
+            if callable(pop):  # an adapter holding PaddleNLP or hapi callbacks
+                found = pop(callback)
+                if found is not None:
+                    return found
+            if cb is callback or (isinstance(callback, type) and isinstance(cb, callback)):
+                self.callbacks.remove(cb)
+                return cb
+        return None
+
+
+def _write_json(path: str, value) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=4, sort_keys=True, default=str)
+    os.replace(tmp, path)

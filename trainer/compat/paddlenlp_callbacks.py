@@ -1,0 +1,227 @@
+"""PaddleNLPCallbacks: runs PaddleNLP ``TrainerCallback`` objects on this
+project's events, as PaddleNLP's ``CallbackHandler`` would.
+
+One adapter holds every PaddleNLP callback of a trainer, in the order given,
+and calls each hook with ``(args, state, control, **kwargs)``:
+
+- ``args``: the paddlenlp ``TrainingArguments`` the trainer was given, else a
+  view of ours (``greater_is_better`` resolved, as PaddleNLP resolves it);
+- ``state``: a paddlenlp ``TrainerState`` (global_step, float epoch,
+  max_steps, num_train_epochs, log_history, best_metric,
+  best_model_checkpoint, is_world_process_zero, is_local_process_zero),
+  refreshed from ``trainer.state`` before every hook;
+- ``control``: a paddlenlp ``TrainerControl`` that mirrors the trainer's flags
+  (``should_log``, ``should_evaluate``, ``should_save``,
+  ``should_training_stop`` = ``state.should_stop``); what a hook sets (or the
+  control it returns) is written back, so the trainer honours it;
+- kwargs: model, tokenizer, optimizer, lr_scheduler, train_dataloader,
+  eval_dataloader, plus ``metrics`` (on_evaluate), ``logs`` (on_log),
+  ``scaler`` (on_optimizer_begin/end).
+
+=======================  ===============================================  ====================
+PaddleNLP hook           fired on                                         here
+=======================  ===============================================  ====================
+on_init_end              end of ``Trainer.__init__`` (callbacks given     ``init_end``
+                         there)
+on_train_begin           ``fit_begin``                                    ``on_fit_begin``
+on_epoch_begin/_end      ``epoch_begin`` / ``epoch_end`` (and, as in      ``on_epoch_*``
+                         PaddleNLP, once more when training stops inside
+                         an epoch)
+on_step_begin/_end       ``step_begin`` / ``step_end``                    ``on_step_*``
+on_substep_end           ``backward_end`` of every micro-batch but the    ``on_backward_end``
+                         last
+on_optimizer_begin/_end  ``optimizer_step_begin`` / ``_end``              ``on_optimizer_*``
+on_log                   ``log``                                          ``on_log``
+on_prediction_step       ``eval_step_end``; in ``predict()``, once per        ``on_eval_step_end``,
+                         batch at ``predict_end``                         ``on_predict_end``
+on_evaluate              after the evaluation's ``log``, as in PaddleNLP  ``on_log``
+on_save                  ``save_end``                                     ``on_save_end``
+on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
+                         ``train()``, after its summary ``log``
+=======================  ===============================================  ====================
+
+Not fired: ``on_load_data_end`` (no per-batch event here).
+``control.should_epoch_stop`` is not supported (warned once).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List
+
+from callbacks.base import Callback
+from trainer.errors import CallbackError, TrainerError
+
+logger = logging.getLogger("trainer")
+_FLAGS = (("should_log", "should_log"), ("should_evaluate", "should_evaluate"), ("should_save", "should_save"),
+          ("should_training_stop", "should_stop"))
+
+
+class _ArgsView:
+    """Our TrainingArguments seen by PaddleNLP callbacks: greater_is_better resolved."""
+
+    def __init__(self, args):
+        self._args = args
+
+    def __getattr__(self, name):
+        return getattr(self._args, name)
+
+    @property
+    def greater_is_better(self):
+        return self._args.greater_is_better_resolved if self._args.metric_for_best_model else self._args.greater_is_better
+
+
+class PaddleNLPCallbacks(Callback):
+    order = 50
+
+    def __init__(self):
+        self.callbacks: List[Any] = []
+        self.paddlenlp_args = None      # set by the door when the trainer was given paddlenlp arguments
+        self._pstate = None
+        self._control = None
+        self._pending_metrics = None    # metrics of an evaluation whose on_evaluate waits for its on_log
+        self._best_before_eval = None
+        self._epoch_open = False
+        self._train_end_deferred = False
+        self._warned_epoch_stop = False
+
+    @property
+    def state_key(self) -> str:
+        return "PaddleNLPCallbacks"
+
+    # ---- membership (PaddleNLP's CallbackHandler) -------------------------------
+    def append(self, callback) -> None:
+        cb = callback() if isinstance(callback, type) else callback
+        if any(type(c) is type(cb) for c in self.callbacks):
+            logger.warning("adding a second %s to the callbacks of this trainer", type(cb).__name__)
+        self.callbacks.append(cb)
+
+    def pop(self, callback):
+        for cb in self.callbacks:
+            if cb is callback or (isinstance(callback, type) and isinstance(cb, callback)):
+                self.callbacks.remove(cb)
+                return cb
+        return None
+
+    # ---- the PaddleNLP view of the trainer ---------------------------------------
+    def _objects(self, trainer):
+        from paddlenlp.trainer.trainer_callback import TrainerControl, TrainerState
+
+        if self._pstate is None:
+            self._pstate, self._control = TrainerState(), TrainerControl()
+        s, p = trainer.state, self._pstate
+        p.global_step, p.max_steps, p.num_train_epochs = s.global_step, s.max_steps, s.num_train_epochs
+        p.epoch = s.epoch + (s.step_in_epoch / s.steps_per_epoch if s.steps_per_epoch else 0.0)
+        p.log_history = list(s.log_history)
+        p.best_metric, p.best_model_checkpoint = s.best_metric, s.best_checkpoint
+        p.is_world_process_zero = trainer.is_main_process
+        p.is_local_process_zero = trainer.is_local_process_zero()
+        for theirs, ours in _FLAGS:
+            setattr(self._control, theirs, bool(getattr(s, ours)))
+        args = self.paddlenlp_args if self.paddlenlp_args is not None else _ArgsView(trainer.args)
+        return args, p, self._control
+
+    def call(self, trainer, event: str, **kwargs) -> None:
+        """Call ``event`` on every PaddleNLP callback, then write the control flags back."""
+        args, pstate, control = self._objects(trainer)
+        if event == "on_log":
+            pstate.log_history.append({**kwargs["logs"], "step": trainer.state.global_step})
+        if event == "on_evaluate" and self._best_before_eval is not None:
+            pstate.best_metric, pstate.best_model_checkpoint = self._best_before_eval
+        common = dict(model=trainer.model, tokenizer=getattr(trainer, "tokenizer", None), optimizer=trainer.optimizer,
+                      lr_scheduler=trainer.lr_scheduler, train_dataloader=getattr(trainer, "train_dataloader", None),
+                      eval_dataloader=getattr(trainer, "eval_dataloader", None))
+        for cb in list(self.callbacks):
+            try:
+                result = getattr(cb, event)(args, pstate, control, **common, **kwargs)
+            except TrainerError:
+                raise
+            except Exception as exc:  # name the PaddleNLP callback and its hook, not the adapter
+                raise CallbackError(type(cb).__name__, event[3:], exc) from exc
+            if result is not None:
+                control = self._control = result
+        for theirs, ours in _FLAGS:
+            setattr(trainer.state, ours, bool(getattr(control, theirs)))
+        if getattr(control, "should_epoch_stop", False) and not self._warned_epoch_stop:
+            self._warned_epoch_stop = True
+            logger.warning("control.should_epoch_stop is not supported: set control.should_training_stop to stop")
+
+    # ---- events ---------------------------------------------------------------------
+    def init_end(self, trainer) -> None:
+        self.call(trainer, "on_init_end")
+
+    def on_fit_begin(self, trainer):
+        self._epoch_open = False
+        trainer.state.should_stop = False
+        self.call(trainer, "on_train_begin")
+
+    def on_epoch_begin(self, trainer):
+        self._epoch_open = True
+        self.call(trainer, "on_epoch_begin")
+
+    def on_step_begin(self, trainer):
+        self.call(trainer, "on_step_begin")
+
+    def on_backward_end(self, trainer):
+        s = trainer.state
+        if s.micro_step < s.num_micro_batches - 1:
+            self.call(trainer, "on_substep_end")
+
+    def on_optimizer_step_begin(self, trainer):
+        self.call(trainer, "on_optimizer_begin", scaler=trainer.grad_scaler)
+
+    def on_optimizer_step_end(self, trainer):
+        self.call(trainer, "on_optimizer_end", scaler=trainer.grad_scaler)
+
+    def on_step_end(self, trainer):
+        self.call(trainer, "on_step_end")
+
+    def on_epoch_end(self, trainer):
+        self._epoch_open = False
+        self.call(trainer, "on_epoch_end")
+
+    def on_eval_step_end(self, trainer):
+        self.call(trainer, "on_prediction_step")
+
+    def on_predict_end(self, trainer):
+        # predict() has no per-batch events here; PaddleNLP calls on_prediction_step after each batch and nothing
+        # else in between, so calling it once per batch at the end gives the same sequence
+        try:
+            batches = len(trainer.eval_dataloader)
+        except TypeError:  # a stream has no length
+            batches = 0
+        for _ in range(batches):
+            self.call(trainer, "on_prediction_step")
+
+    def on_eval_end(self, trainer):
+        # PaddleNLP logs an evaluation before on_evaluate, and updates best_metric only when it saves
+        self._pending_metrics = dict(trainer.state.metrics)
+        self._best_before_eval = (trainer.state.best_metric, trainer.state.best_checkpoint)
+
+    def on_log(self, trainer):
+        self.call(trainer, "on_log", logs=trainer.state.logs)
+        if self._pending_metrics is not None:
+            metrics, self._pending_metrics = self._pending_metrics, None
+            try:
+                self.call(trainer, "on_evaluate", metrics=metrics)
+            finally:
+                self._best_before_eval = None
+
+    def on_save_end(self, trainer):
+        self.call(trainer, "on_save")
+
+    def on_fit_end(self, trainer):
+        if trainer.state.status == "failed":
+            return  # PaddleNLP calls no hook after an error
+        if self._epoch_open:  # PaddleNLP ends the epoch it leaves early
+            self.on_epoch_end(trainer)
+        if getattr(trainer, "_in_train_api", False):
+            self._train_end_deferred = True  # train() logs its summary first
+        else:
+            self.call(trainer, "on_train_end")
+
+    def train_end(self, trainer) -> None:
+        """``train()``'s end: ``on_train_end`` after the summary log."""
+        if self._train_end_deferred:
+            self._train_end_deferred = False
+            self.call(trainer, "on_train_end")

@@ -1,0 +1,67 @@
+"""Metric names and values: the one place where ``metric_for_best_model`` is
+matched to an evaluation's keys, and where ``compute_metrics`` results are
+turned into flat, prefixed floats.
+
+``accuracy`` and ``eval_accuracy`` name the same metric (PaddleNLP adds the
+``eval_`` prefix itself); ``Checkpoint``, ``EarlyStopping`` and
+``load_best_model_at_end`` all resolve names here. A name that no evaluation
+produces is a ConfigError listing the keys there are::
+
+    >>> metric_key("accuracy", {"eval_loss": 0.3, "eval_accuracy": 0.9})
+    'eval_accuracy'
+    >>> flatten_metrics({"f1": {"macro": 0.5, "micro": 0.7}, "acc": 1}, "eval")
+    {'eval_f1_macro': 0.5, 'eval_f1_micro': 0.7, 'eval_acc': 1.0}
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+
+def metric_key(name: str, metrics: Mapping[str, Any], prefix: str = "eval", owner: str = "metric_for_best_model") -> str:
+    """The key of ``metrics`` that ``name`` means (``name`` itself, or ``prefix_name``)."""
+    for key in (name, f"{prefix}_{name}"):
+        if key in metrics:
+            return key
+    raise ConfigError(f"{owner} {name!r} is not in the evaluation metrics ({', '.join(sorted(metrics)) or 'none'}): "
+                      f"use one of them, or return it from compute_metrics")
+
+
+def flatten_metrics(values: Any, prefix: str) -> dict:
+    """``compute_metrics``' result as ``{prefix_key[_subkey]: float}``; each key prefixed once.
+
+    Nested mappings become ``<key>_<subkey>``; numbers (python, numpy, 0-d or
+    one-element arrays and tensors) become floats; anything else is a
+    ConfigError naming ``compute_metrics`` and the key.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"compute_metrics returned {type(values).__name__}, not a dict of metric name -> number: "
+                          "return e.g. {'accuracy': 0.93}")
+    out: dict = {}
+    for key, value in _flat_items(values, ""):
+        out[key if key.startswith(prefix + "_") else f"{prefix}_{key}"] = _number(key, value)
+    return out
+
+
+def _flat_items(values: Mapping, parent: str):
+    for key, value in values.items():
+        name = f"{parent}_{key}" if parent else str(key)
+        if isinstance(value, Mapping):
+            yield from _flat_items(value, name)
+        else:
+            yield name, value
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, numbers.Number) and not isinstance(value, complex):
+        return float(value)
+    size = getattr(value, "size", None)
+    if callable(size):  # a paddle tensor's size is an attribute in paddle 3; guard older ones
+        size = None
+    if size == 1 and hasattr(value, "item"):
+        return float(value.item())
+    raise ConfigError(f"compute_metrics returned {type(value).__name__} for {key!r}, not a number: "
+                      "return numbers (or dicts of numbers) only")
