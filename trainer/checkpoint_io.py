@@ -44,6 +44,7 @@ from .lock import pid_alive
 
 logger = logging.getLogger("trainer.checkpoint")
 FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)  # manifests this code reads; any other version is refused by verify()
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
@@ -395,6 +396,11 @@ def verify(path: str) -> dict:
             raise ValueError("it lists no model.safetensors or trainer.json")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        raise DataError(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
+                        f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): resume with the paddle-trainer "
+                        "version that wrote it, or start a fresh run")
     for name, meta in files.items():
         if os.path.basename(name) != name:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
