@@ -439,6 +439,8 @@ class Trainer:
             state.should_evaluate = False
             if self.eval_dataset is not None:
                 self.evaluate()
+        if state.should_stop and self.args.save_strategy != "no" and not _saved_at_current_step(state):
+            state.should_save = True  # a run stopped by a callback keeps its final state, whatever the save interval
         if state.should_save:
             state.should_save = False
             self.save_checkpoint()
@@ -602,6 +604,10 @@ def _iterate(loader):
         return iter(loader)
     finally:
         np.random.set_state(saved)
+
+
+def _saved_at_current_step(state: TrainerState) -> bool:
+    return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
 def _seed_everything(seed: int) -> None:
