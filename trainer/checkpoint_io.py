@@ -218,6 +218,7 @@ def snapshot(trainer) -> dict:
     rank is gathered to rank 0; the rest is replicated and taken from rank 0.
     """
     rank_states = _gather_json(rng_state())
+    loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
     if not dist.is_main_process():
         return {}
     model = trainer.model
@@ -236,9 +237,20 @@ def snapshot(trainer) -> dict:
             "rng_per_rank": rank_states,
             "args": trainer.args.to_dict(),
             "world_size": trainer.world_size,
+            "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
+            "loss_window": loss_window,
         },
         "step": trainer.state.global_step,
     }
+
+
+def _loss_window(trainer) -> Optional[dict]:
+    """The loss summed since the last log record (mean over ranks) and the steps in it, so a resumed run logs
+    the same value for the window that spans the interruption. One host read, at a save."""
+    steps = getattr(trainer, "_loss_steps", 0)
+    if not steps:
+        return None
+    return {"sum": float(dist.all_reduce_mean(trainer._loss_sum)), "steps": int(steps)}
 
 
 def _gather_json(value) -> list:
@@ -361,9 +373,12 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
         if not os.path.isdir(path):
             raise ConfigError(f"resume_from_checkpoint={path!r} does not exist: give a checkpoint directory or 'auto'")
         verify(path)
+        if dist.is_main_process():
+            logger.info("resuming from %s (given explicitly; its files verify)", path)
         return path
     candidates = list_checkpoints(output_dir)
     pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
+    named_ok = None
     if os.path.isfile(pointer):
         with open(pointer, "rb") as f:
             text = f.read(4096).decode("utf-8", errors="replace").strip()
@@ -371,15 +386,26 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
         if named in candidates:
             candidates.remove(named)
             candidates.insert(0, named)
+            named_ok = named
         elif dist.is_main_process():
             logger.warning("checkpoints/latest names %s, which does not exist; looking for others", named)
+    skipped = []
     for candidate in candidates:
         try:
             verify(candidate)
-            return candidate
         except DataError as exc:
-            if dist.is_main_process():
-                logger.warning("skipping checkpoint %s: %s", candidate, exc)
+            skipped.append(f"{os.path.basename(candidate)} ({exc})")
+            continue
+        if dist.is_main_process():
+            why = "the newest checkpoint whose files verify" + (", named by checkpoints/latest" if candidate == named_ok else "")
+            if skipped:
+                logger.warning("resume auto: resuming from %s (%s); skipped %d newer: %s", candidate, why,
+                               len(skipped), "; ".join(skipped))
+            else:
+                logger.info("resume auto: resuming from %s (%s)", candidate, why)
+        return candidate
+    if dist.is_main_process() and skipped:
+        logger.warning("resume auto: no checkpoint verifies, starting fresh; skipped: %s", "; ".join(skipped))
     return None
 
 
@@ -461,6 +487,10 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
             trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
         trainer.state.load_state_dict(meta["state"])
         unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
+        window = meta.get("loss_window")
+        if window:  # every rank carries the ranks' mean: the logged mean over ranks comes out the same
+            trainer._loss_sum = paddle.to_tensor(window["sum"], dtype="float32")
+            trainer._loss_steps = int(window["steps"])
         if meta["world_size"] == dist.get_world_size():
             set_rng_state(meta["rng_per_rank"][dist.get_rank()])
     except ConfigError:
@@ -475,30 +505,8 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
 
 
 def adapt_to_world_size(trainer, meta: dict) -> None:
-    """Resuming on another number of processes keeps the global batch through accumulation.
+    """Resuming on another number of processes keeps the global batch through accumulation
+    (``trainer.resume_check.plan_world_size``; fit() has applied it before planning the schedule)."""
+    from .resume_check import plan_world_size
 
-    The epoch's sample order is the permutation ``RandomState(data_seed + epoch)``
-    of the dataset padded to a multiple of the world size, consumed ``global
-    batch`` samples per optimizer step; with the same global batch the resumed
-    run continues at the same sample offset. (When the dataset length does not
-    divide by both world sizes the padding differs, so the rest of that epoch's
-    order may differ; later epochs are complete permutations again.)
-    """
-    old_ws, new_ws = int(meta["world_size"]), trainer.world_size
-    if old_ws == new_ws:
-        return
-    saved = meta["args"]
-    old_global = saved["per_device_train_batch_size"] * saved["gradient_accumulation_steps"] * old_ws
-    per_step = trainer.args.per_device_train_batch_size * new_ws
-    if old_global % per_step:
-        options = [b for b in range(1, old_global + 1) if old_global % (b * new_ws) == 0]
-        raise ConfigError(
-            f"checkpoint was written by {old_ws} processes with a global batch of {old_global}; on {new_ws} processes "
-            f"per_device_train_batch_size={trainer.args.per_device_train_batch_size} cannot reach it by accumulation: "
-            f"use per_device_train_batch_size in {options[-6:]} or {old_ws} processes")
-    accumulation = old_global // per_step
-    if accumulation != trainer.args.gradient_accumulation_steps and dist.is_main_process():
-        logger.warning("resuming a %d-process checkpoint on %d processes: gradient_accumulation_steps %d -> %d keeps "
-                       "the global batch at %d", old_ws, new_ws, trainer.args.gradient_accumulation_steps,
-                       accumulation, old_global)
-    trainer.args.gradient_accumulation_steps = accumulation
+    plan_world_size(trainer.args, meta, trainer.world_size)

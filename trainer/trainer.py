@@ -34,6 +34,7 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .lock import RunLock
+from .resume_check import prepare_resume
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -290,19 +291,21 @@ class Trainer:
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
         _seed_everything(a.seed)
+        # before anything is planned: refuse changed settings, set the accumulation a new world size needs
+        resume = prepare_resume(self, resume)
         loader = self.get_train_dataloader()
         self._plan_steps()
         if self.optimizer is None:
             if self.lr_scheduler is None:
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
+        self._loss_sum = paddle.zeros([], dtype="float32")
+        self._loss_steps = 0
         if resume:
-            self.load_checkpoint(resume)
+            self.load_checkpoint(resume)  # restores the partial logging window (_loss_sum, _loss_steps) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
             self.state.status = "running"
         self.model.train()
-        self._loss_sum = paddle.zeros([], dtype="float32")
-        self._loss_steps = 0
         self._log_clock = (time.perf_counter(), self.state.samples_seen, self.state.tokens_seen)
         return loader
 
