@@ -447,15 +447,30 @@ def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
         opt_tensors = np_load_file(os.path.join(path, "optimizer.safetensors"))
         for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
             meta[key]  # noqa: B018 - presence check
-        if not (isinstance(meta["state"], dict) and isinstance(meta["callbacks"], dict)
-                and isinstance(meta["rng_per_rank"], list) and isinstance(meta["world_size"], int)
-                and meta["world_size"] > 0
-                and isinstance(meta["args"], dict)):
+        if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):
             raise ValueError("trainer.json has fields of the wrong type")
+        check_meta(meta)
     except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
                         "from an incompatible version") from None
     return meta, model_state, opt_tensors
+
+
+def _count(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_meta(meta: dict) -> None:
+    """Raise ValueError when the fields resume reads before loading have the wrong type (a damaged trainer.json)."""
+    args, state, window = meta.get("args"), meta.get("state"), meta.get("loss_window")
+    if not (isinstance(args, dict) and isinstance(state, dict) and _count(meta.get("world_size"), 1)
+            and _count(args.get("per_device_train_batch_size"), 1) and _count(args.get("gradient_accumulation_steps"), 1)
+            and _count(state.get("global_step", 0), 0) and all(_count(state.get(k, 0), 0) for k in ("max_steps", "steps_per_epoch"))
+            and (meta.get("train_samples") is None or _count(meta.get("train_samples"), 1))
+            and (window is None or (isinstance(window, dict) and _count(window.get("steps"), 1)
+                                    and isinstance(window.get("sum"), (int, float))
+                                    and not isinstance(window.get("sum"), bool)))):
+        raise ValueError("trainer.json has fields of the wrong type")
 
 
 def load_checkpoint(trainer, path: str) -> Optional[str]:

@@ -38,7 +38,7 @@ import os
 from typing import Optional
 
 from . import distributed as dist
-from .checkpoint_io import resolve
+from .checkpoint_io import check_meta, resolve
 from .errors import ConfigError, DataError
 
 logger = logging.getLogger("trainer.resume")
@@ -78,9 +78,7 @@ def read_meta(path: str) -> dict:
     try:
         with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
             meta = json.load(f)
-        if not (isinstance(meta.get("args"), dict) and isinstance(meta.get("state"), dict)
-                and isinstance(meta.get("world_size"), int) and meta["world_size"] > 0):
-            raise ValueError("args, state or world_size missing or of the wrong type")
+        check_meta(meta)
     except Exception as exc:  # noqa: BLE001 - any defect of the file is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
                         "from an incompatible version") from None
