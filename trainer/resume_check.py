@@ -108,7 +108,8 @@ def plan_world_size(args, meta: dict, world_size: int) -> None:
         if sizes:
             choices.append(f"per_device_train_batch_size in {sizes[-6:]} on {world_size} processes")
         if procs:
-            choices.append(f"{' or '.join(map(str, procs[-4:]))} processes with per_device_train_batch_size {batch}")
+            choices.append(f"{' or '.join(map(str, procs[-4:]))} process{'es' if procs[-1] > 1 else ''} with "
+                           f"per_device_train_batch_size {batch}")
         choices.append(f"{old_ws} processes as before")
         raise ConfigError(
             f"checkpoint was written by {old_ws} processes with a global batch of {old_global}; {world_size} processes "
