@@ -24,7 +24,7 @@ import numpy as np
 import paddle
 
 from callbacks.base import Callback, CallbackList
-from callbacks.defaults import default_callbacks
+from callbacks.defaults import callback_set
 
 from . import distributed as dist
 from .args import TrainingArguments
@@ -103,7 +103,7 @@ class Trainer:
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
-        self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
+        self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._seeded_train: Optional[SeededDataset] = None
