@@ -21,6 +21,23 @@ dump points at the culprit (e.g. the dataset's ``__getitem__``); the ranks
 waiting for it report too, their main thread inside the collective. When the
 rank finishes a step again it logs how long the stall lasted.
 
+Blame. In synchronous data parallelism a rank that stalls makes every other
+rank stall too, inside the collective that waits for it; each rank's own clock
+says only "no step for N s". So every rank shares where it is outside any
+collective: its watchdog thread writes ``output_dir/.ptrain-progress/rank<r>.json``
+every ``check_interval`` (a mark the main thread sets with a host tuple at step
+begin, at the entry to the gradient exchange, at step end and per evaluation
+batch; no I/O in the loop). A stall report then starts with the rank that is
+behind and what it is doing, and on the waiting ranks whom they wait for::
+
+    StallWatchdog: rank 1 is behind: in step 4, before the gradient exchange (loading data or computing);
+    rank 0 waits for rank 1 (in the gradient exchange or optimizer update of step 4); rank 0 has finished ...
+
+A rank whose file has not changed for ``max(3 x check_interval, 2 s)`` is
+named as giving no sign of life (killed or frozen); one with no file as having
+shared no progress (on several nodes ``output_dir`` must be shared, as it must
+for checkpoints). The file is removed at the end of ``fit()``.
+
 With ``action='stop'`` the thread then ends the process with exit code
 **124** (``EXIT_CODE``, as coreutils ``timeout``); ``paddle.distributed.launch``
 sees a rank fail and tears the job down, instead of every rank hanging until a
@@ -96,7 +113,9 @@ through ``trainer.callbacks.get(StallWatchdog)``.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import json
 import logging
 import os
 import statistics
@@ -113,7 +132,20 @@ from .base import Callback
 logger = logging.getLogger("callbacks.watchdog")
 
 EXIT_CODE = 124
+PROGRESS_DIR = ".ptrain-progress"  # output_dir/.ptrain-progress/rank<r>.json: where each rank is (blame)
 ACTIONS = ("warn", "stop")
+
+
+def where(key) -> str:
+    """What a progress mark means, in words."""
+    step, sub, batches = key
+    if sub == 1:
+        return f"in step {step + 1}, before the gradient exchange (loading data or computing)"
+    if sub == 2:
+        return f"in the gradient exchange or optimizer update of step {step + 1}"
+    if batches:
+        return f"in the evaluation after step {step}, {batches} batches done"
+    return f"after step {step} (logging, evaluating or saving)"
 
 
 class StallWatchdog(Callback):
@@ -160,6 +192,8 @@ class StallWatchdog(Callback):
         self._reported_beat = None          # the heartbeat a stall was reported for (once per stall)
         self._stalled_since = None
         self._skip_step = True
+        self._progress_error = False
+        self._mark = (0, 0, 0)              # (finished steps, 0 after a step | 1 before the exchange | 2 in it, eval batches)
         self._step_start = self._work_end = None
         self._slow_streak = {}              # rank -> log records in a row it was slow
         self._reset_window()
@@ -175,7 +209,9 @@ class StallWatchdog(Callback):
     def on_fit_begin(self, trainer):
         self._reset_run()
         self._rank = trainer.rank
+        self._world = trainer.world_size
         self._out_dir = trainer.args.output_dir
+        self._mark = (trainer.state.global_step, 0, 0)
 
     def on_epoch_begin(self, trainer):
         self._pulse(trainer.state.global_step)
@@ -187,15 +223,18 @@ class StallWatchdog(Callback):
 
     def on_step_begin(self, trainer):
         self._step_start, self._work_end = time.perf_counter(), None
+        self._mark = (trainer.state.global_step, 1, 0)  # a host tuple: where this rank is, for the blame
 
     def on_backward_begin(self, trainer):
         state = trainer.state
         if state.micro_step == state.num_micro_batches - 1:  # about to join the gradient exchange
             self._work_end = time.perf_counter()
+            self._mark = (state.global_step, 2, 0)
 
     def on_step_end(self, trainer):
         state = trainer.state
         self._pulse(state.global_step)
+        self._mark = (state.global_step, 0, 0)
         if self._stalled_since is not None:
             logger.warning("StallWatchdog: rank %d finished step %d after a stall of %.1f s", self._rank,
                            state.global_step, time.monotonic() - self._stalled_since)
@@ -216,6 +255,8 @@ class StallWatchdog(Callback):
 
     def on_eval_step_end(self, trainer):
         self._pulse(trainer.state.global_step)
+        step, sub, batches = self._mark
+        self._mark = (trainer.state.global_step, 0, batches + 1 if sub == 0 else 1)
 
     def on_eval_end(self, trainer):
         self._phase = "training"
@@ -238,6 +279,72 @@ class StallWatchdog(Callback):
         self._stop.set()
         thread.join(timeout=self.check_interval + 5.0)
         faulthandler.cancel_dump_traceback_later()
+        with contextlib.suppress(OSError):
+            os.remove(self._progress_path(self._rank))
+
+    # ---- progress shared outside the collectives (blame) ---------------------------------
+    def _progress_path(self, rank: int) -> str:
+        return os.path.join(self._out_dir, PROGRESS_DIR, f"rank{rank}.json")
+
+    def _publish_progress(self) -> None:
+        """Written by the watchdog thread (never the training loop), so a rank blocked in a collective or a
+        read still shows where it is; the stalled ranks read every rank's file to find the one behind."""
+        key = self._mark
+        label = where(key)
+        path = self._progress_path(self._rank)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"rank": self._rank, "key": list(key), "where": label, "time": time.time(),
+                           "pid": os.getpid()}, f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            if not self._progress_error:
+                self._progress_error = True
+                logger.warning("StallWatchdog: cannot share this rank's progress in %s (%s): a stall report will "
+                               "not name the rank that is behind", path, exc)
+
+    def _blame(self) -> Optional[str]:
+        """One sentence naming the rank(s) behind and what this rank waits for; None with one process."""
+        if getattr(self, "_world", 1) <= 1:
+            return None
+        now = time.time()
+        fresh_within = max(3 * self.check_interval, 2.0)
+        seen, silent = {}, []
+        for r in range(self._world):
+            try:
+                with open(self._progress_path(r), encoding="utf-8") as f:
+                    info = json.load(f)
+                seen[r] = (tuple(info["key"]), info["where"], now - float(info["time"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                silent.append(r)
+        own_key = self._mark
+        own_where = where(own_key)
+        seen[self._rank] = (tuple(own_key), own_where, 0.0)
+        silent = [r for r in silent if r != self._rank]
+        dead = [r for r, (_, _, age) in seen.items() if age > fresh_within]
+        lowest = min(key for key, _, _ in seen.values())
+        behind = sorted(r for r, (key, _, _) in seen.items() if key == lowest and key < max(k for k, _, _ in seen.values()))
+        parts = []
+        for r in behind:
+            _, place, age = seen[r]
+            parts.append(f"rank {r} is behind: {place}" + (f" (no sign of life for {age:.0f} s)" if r in dead else ""))
+        for r in silent:
+            parts.append(f"rank {r} shared no progress (dead before its first check, or output_dir is not shared)")
+        for r in dead:
+            if r not in behind:
+                parts.append(f"rank {r} gives no sign of life for {seen[r][2]:.0f} s (killed or frozen)")
+        if not parts:
+            return f"every rank is at the same point ({own_where}): no rank is behind the others"
+        waited = behind or silent or dead
+        if self._rank in waited:
+            others = sorted(set(range(self._world)) - set(waited))
+            parts.append(("ranks " + ", ".join(map(str, others)) + " wait" if len(others) > 1 else
+                          f"rank {others[0]} waits") + " for it" if others else "")
+        else:
+            parts.append(f"rank {self._rank} waits for rank {', '.join(map(str, waited))} ({own_where})")
+        return "; ".join(p for p in parts if p)
 
     # ---- slow ranks (on_log: every rank logs the same training records) ------------------
     def on_log(self, trainer):
@@ -286,6 +393,8 @@ class StallWatchdog(Callback):
     def _watch(self) -> None:
         while not self._stop.wait(self.check_interval):
             self._arm_backstop()
+            if getattr(self, "_world", 1) > 1:
+                self._publish_progress()
             if self._paused:
                 continue
             beat_time, step = self._beat
@@ -307,7 +416,13 @@ class StallWatchdog(Callback):
 
     def _report(self, step: int, idle: float) -> None:
         rank, phase = self._rank, self._phase
-        header = (f"StallWatchdog: rank {rank} has finished no {'training step' if phase == 'training' else 'batch'} "
+        blame = None
+        try:
+            blame = self._blame()
+        except Exception as exc:  # noqa: BLE001 - the report goes out without it
+            logger.error("StallWatchdog: could not read the other ranks' progress: %s", exc)
+        header = (("StallWatchdog: " + blame + "; " if blame else "StallWatchdog: ")
+                  + f"rank {rank} has finished no {'training step' if phase == 'training' else 'batch'} "
                   f"for {idle:.1f} s (timeout {self.timeout:g} s); last finished step {step}, now in {phase}; "
                   f"pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
         names = ", ".join(f"0x{t.ident:016x}={t.name}" for t in threading.enumerate() if t.ident is not None)
@@ -324,7 +439,7 @@ class StallWatchdog(Callback):
         except OSError as exc:
             logger.error("StallWatchdog: could not write %s (%s): the stacks are in the log only", path, exc)
             path = None
-        self.stalls.append({"rank": rank, "step": step, "seconds": idle, "phase": phase, "report": path})
+        self.stalls.append({"rank": rank, "step": step, "seconds": idle, "phase": phase, "report": path, "blame": blame})
         action = (f"stopping this process with exit code {EXIT_CODE} so the launcher ends the job"
                   if self.action == "stop" else "training goes on if the rank recovers")
         logger.error("%s; %s. Stacks of its threads (also in %s):\nthreads: %s\n%s", header, action,
