@@ -14,7 +14,12 @@ Two actions:
   checkpoint). It catches what the logged loss hides: a nan input behind a
   ReLU leaves the loss finite while the first layer's weights turn nan.
   Order 95 (after LossSpikeRecovery's rollback, before the loggers). A rollback
-  or a resume (``on_load_end``) clears the flag.
+  or a resume (``on_load_end``) clears the flag. Cost: one pass over the
+  gradients per step (a few kernel launches, asynchronous on a GPU); on this
+  project's 2-core CPU test machine 0.6-2.4 ms per step for a 24-tensor MLP
+  whose step takes 20 ms. ``NaNGuard(action='stop', check_gradients=False)``
+  checks only the parameters, at logging steps (then the error names the
+  logging step, not the step that went wrong).
 - ``action='skip'`` (``NaNGuard()``): the rest of this page.
 
 A user's ``NaNGuard`` (any action) replaces the default one; the default one

@@ -71,7 +71,19 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
     n = _dataset_len(trainer)
     plan_world_size(trainer.args, meta, trainer.world_size)
     check_resume(trainer.args, meta, n, trainer.world_size, path)
+    _warn_uneven_epoch(meta, n, trainer.world_size)
     return path
+
+
+def _warn_uneven_epoch(meta: dict, n: int, world_size: int) -> None:
+    old_ws, state = int(meta["world_size"]), meta["state"]
+    if old_ws == world_size or not state.get("step_in_epoch") or not (n % old_ws or n % world_size):
+        return
+    if dist.is_main_process():
+        logger.warning("resume: %d samples do not divide by both %d and %d processes, so the epoch is padded "
+                       "differently and the rest of epoch %d follows another order (some samples of it may be seen "
+                       "twice or not at all); later epochs are complete again. Resume mid-epoch on %d processes, or at "
+                       "an epoch boundary, to avoid it", n, old_ws, world_size, int(state.get("epoch", 0)), old_ws)
 
 
 def read_meta(path: str) -> dict:

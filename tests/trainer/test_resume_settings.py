@@ -137,3 +137,14 @@ def test_loss_of_the_window_spanning_the_interruption_equals_the_uninterrupted_r
     got = {r["step"]: r["loss"] for r in t.state.log_history if "loss" in r}
     assert sorted(got) == [4, 8, 12]  # step 4 comes from the checkpoint's log history
     assert got[8] == expected[8] and got[12] == expected[12]
+
+
+def test_uneven_epoch_across_world_sizes_is_said(caplog):
+    from trainer.resume_check import _warn_uneven_epoch
+
+    meta = {"world_size": 2, "state": {"epoch": 1, "step_in_epoch": 3}}
+    with caplog.at_level(logging.WARNING, logger="trainer.resume"):
+        _warn_uneven_epoch(meta, 96, 1)
+        assert caplog.text == ""
+        _warn_uneven_epoch(meta, 97, 1)
+    assert "97 samples do not divide by both 2 and 1 processes" in caplog.text and "rest of epoch 1" in caplog.text
