@@ -373,8 +373,6 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
         if not os.path.isdir(path):
             raise ConfigError(f"resume_from_checkpoint={path!r} does not exist: give a checkpoint directory or 'auto'")
         verify(path)
-        if dist.is_main_process():
-            logger.info("resuming from %s (given explicitly; its files verify)", path)
         return path
     candidates = list_checkpoints(output_dir)
     pointer = os.path.join(checkpoints_dir(output_dir), LATEST)

@@ -64,9 +64,11 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
     accumulation a new world size needs. Returns the checkpoint to load, or None (fresh start)."""
     if not resume:
         return None
-    path = resolve(resume, trainer.args.output_dir)
+    path = resolve(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
     if path is None:
         return None
+    if resume != "auto" and dist.is_main_process():
+        logger.info("resuming from %s (given explicitly; its files verify)", path)
     meta = read_meta(path)
     n = _dataset_len(trainer)
     plan_world_size(trainer.args, meta, trainer.world_size)

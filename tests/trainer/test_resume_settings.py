@@ -148,3 +148,11 @@ def test_uneven_epoch_across_world_sizes_is_said(caplog):
         assert caplog.text == ""
         _warn_uneven_epoch(meta, 97, 1)
     assert "97 samples do not divide by both 2 and 1 processes" in caplog.text and "rest of epoch 1" in caplog.text
+
+
+def test_an_explicit_checkpoint_is_named_once(ckpt, caplog):
+    out, path = ckpt
+    with caplog.at_level(logging.INFO):
+        make(out).fit(resume_from_checkpoint=path)
+    lines = [r.getMessage() for r in caplog.records if "resum" in r.getMessage()]
+    assert lines == [f"resuming from {path} (given explicitly; its files verify)"], lines
