@@ -238,6 +238,7 @@ def snapshot(trainer) -> dict:
             "args": trainer.args.to_dict(),
             "world_size": trainer.world_size,
             "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
+            "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
             "loss_window": loss_window,
         },
         "step": trainer.state.global_step,

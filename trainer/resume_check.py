@@ -72,6 +72,9 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
     meta = read_meta(path)
     n = _dataset_len(trainer)
     plan_world_size(trainer.args, meta, trainer.world_size)
+    keep_adapted_accumulation(trainer.args, meta, trainer.world_size)
+    # recorded in the checkpoints this run writes (checkpoint_io.snapshot)
+    trainer.accumulation_adapted = int(meta["world_size"]) != trainer.world_size or bool(meta.get("accumulation_adapted"))
     check_resume(trainer.args, meta, n, trainer.world_size, path)
     _warn_uneven_epoch(meta, n, trainer.world_size)
     return path
@@ -135,6 +138,20 @@ def plan_world_size(args, meta: dict, world_size: int) -> None:
                        "the global batch at %d", old_ws, world_size, args.gradient_accumulation_steps,
                        accumulation, old_global)
     args.gradient_accumulation_steps = accumulation
+
+
+def keep_adapted_accumulation(args, meta: dict, world_size: int) -> None:
+    """A checkpoint whose accumulation was set for its world size (an earlier resume on another number of
+    processes) keeps it when resumed again on that number with the same per-device batch: a relaunch with the
+    job's original flags is the same run, not a changed one."""
+    saved = meta["args"]
+    if (meta.get("accumulation_adapted") and int(meta["world_size"]) == world_size
+            and args.per_device_train_batch_size == saved["per_device_train_batch_size"]
+            and args.gradient_accumulation_steps != saved["gradient_accumulation_steps"]):
+        if dist.is_main_process():
+            logger.info("resume: gradient_accumulation_steps %d -> %d, as set for %d processes when this run moved "
+                        "to them", args.gradient_accumulation_steps, saved["gradient_accumulation_steps"], world_size)
+        args.gradient_accumulation_steps = int(saved["gradient_accumulation_steps"])
 
 
 def check_resume(args, meta: dict, dataset_len: int, world_size: int, path: str = "the checkpoint") -> None:

@@ -55,6 +55,25 @@ def test_resume_on_one_process_keeps_the_uninterrupted_schedule(runs):
         np.testing.assert_allclose(p_res[k], p_full[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
+def test_a_relaunch_with_the_original_flags_keeps_the_accumulation_set_for_the_new_world_size(runs, tmp_path):
+    import shutil
+
+    _, part, _ = runs
+    again = str(tmp_path / "again")
+    shutil.copytree(part, again)
+    with open(os.path.join(again, "checkpoints", "latest")) as f:
+        assert f.read().strip() == "step-18"
+    os.remove(os.path.join(again, "checkpoints", "latest"))
+    shutil.rmtree(os.path.join(again, "checkpoints", "step-18"))  # resume the 1-process run's own step-12
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env["PYTHONPATH"] = REPO
+    proc = subprocess.run([sys.executable, WORKER, again, "again", "0", "auto"], capture_output=True, text=True,
+                          timeout=240, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = _result(again, "again")
+    assert result["accumulation"] == 2 and result["global_step"] == 18 and result["max_steps"] == 18
+
+
 def test_every_sample_is_seen_once_per_epoch_from_the_resumed_position(runs):
     _, part, _ = runs
     per_rank_step = 8

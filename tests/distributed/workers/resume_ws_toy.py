@@ -44,7 +44,7 @@ def main(out_dir, tag, stop_at=0, resume=None):
     data = Recording(96)
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=8, num_train_epochs=3, learning_rate=0.05,
                              warmup_ratio=0.2, lr_scheduler_type="linear", logging_steps=1, report_to=[],
-                             save_strategy="steps", save_steps=100, evaluation_strategy="no", save_async=False)
+                             save_strategy="steps", save_steps=12, evaluation_strategy="no", save_async=False)
     trainer = Trainer(make_mlp(seed=1), args, train_dataset=data, loss_fn=paddle.nn.CrossEntropyLoss(),
                       callbacks=[StopAt(stop_at)] if stop_at else [])
     state = trainer.fit(resume_from_checkpoint=resume)
