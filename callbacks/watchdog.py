@@ -113,9 +113,7 @@ through ``trainer.callbacks.get(StallWatchdog)``.
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
-import json
 import logging
 import os
 import statistics
@@ -128,24 +126,12 @@ from typing import List, Optional
 from trainer.errors import ConfigError
 
 from .base import Callback
+from .stall_blame import ProgressBoard
 
 logger = logging.getLogger("callbacks.watchdog")
 
 EXIT_CODE = 124
-PROGRESS_DIR = ".ptrain-progress"  # output_dir/.ptrain-progress/rank<r>.json: where each rank is (blame)
 ACTIONS = ("warn", "stop")
-
-
-def where(key) -> str:
-    """What a progress mark means, in words."""
-    step, sub, batches = key
-    if sub == 1:
-        return f"in step {step + 1}, before the gradient exchange (loading data or computing)"
-    if sub == 2:
-        return f"in the gradient exchange or optimizer update of step {step + 1}"
-    if batches:
-        return f"in the evaluation after step {step}, {batches} batches done"
-    return f"after step {step} (logging, evaluating or saving)"
 
 
 class StallWatchdog(Callback):
@@ -177,6 +163,7 @@ class StallWatchdog(Callback):
         self.slow_reports: List[dict] = []  # one per log record with a slow rank (every rank keeps them)
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._board: Optional[ProgressBoard] = None
         self._reset_run()
 
     @property
@@ -192,7 +179,6 @@ class StallWatchdog(Callback):
         self._reported_beat = None          # the heartbeat a stall was reported for (once per stall)
         self._stalled_since = None
         self._skip_step = True
-        self._progress_error = False
         self._mark = (0, 0, 0)              # (finished steps, 0 after a step | 1 before the exchange | 2 in it, eval batches)
         self._step_start = self._work_end = None
         self._slow_streak = {}              # rank -> log records in a row it was slow
@@ -211,6 +197,8 @@ class StallWatchdog(Callback):
         self._rank = trainer.rank
         self._world = trainer.world_size
         self._out_dir = trainer.args.output_dir
+        self._board = ProgressBoard(self._out_dir, self._rank, self._world, self.check_interval) \
+            if self._world > 1 else None
         self._mark = (trainer.state.global_step, 0, 0)
 
     def on_epoch_begin(self, trainer):
@@ -279,72 +267,8 @@ class StallWatchdog(Callback):
         self._stop.set()
         thread.join(timeout=self.check_interval + 5.0)
         faulthandler.cancel_dump_traceback_later()
-        with contextlib.suppress(OSError):
-            os.remove(self._progress_path(self._rank))
-
-    # ---- progress shared outside the collectives (blame) ---------------------------------
-    def _progress_path(self, rank: int) -> str:
-        return os.path.join(self._out_dir, PROGRESS_DIR, f"rank{rank}.json")
-
-    def _publish_progress(self) -> None:
-        """Written by the watchdog thread (never the training loop), so a rank blocked in a collective or a
-        read still shows where it is; the stalled ranks read every rank's file to find the one behind."""
-        key = self._mark
-        label = where(key)
-        path = self._progress_path(self._rank)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"rank": self._rank, "key": list(key), "where": label, "time": time.time(),
-                           "pid": os.getpid()}, f)
-            os.replace(tmp, path)
-        except OSError as exc:
-            if not self._progress_error:
-                self._progress_error = True
-                logger.warning("StallWatchdog: cannot share this rank's progress in %s (%s): a stall report will "
-                               "not name the rank that is behind", path, exc)
-
-    def _blame(self) -> Optional[str]:
-        """One sentence naming the rank(s) behind and what this rank waits for; None with one process."""
-        if getattr(self, "_world", 1) <= 1:
-            return None
-        now = time.time()
-        fresh_within = max(3 * self.check_interval, 2.0)
-        seen, silent = {}, []
-        for r in range(self._world):
-            try:
-                with open(self._progress_path(r), encoding="utf-8") as f:
-                    info = json.load(f)
-                seen[r] = (tuple(info["key"]), info["where"], now - float(info["time"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                silent.append(r)
-        own_key = self._mark
-        own_where = where(own_key)
-        seen[self._rank] = (tuple(own_key), own_where, 0.0)
-        silent = [r for r in silent if r != self._rank]
-        dead = [r for r, (_, _, age) in seen.items() if age > fresh_within]
-        lowest = min(key for key, _, _ in seen.values())
-        behind = sorted(r for r, (key, _, _) in seen.items() if key == lowest and key < max(k for k, _, _ in seen.values()))
-        parts = []
-        for r in behind:
-            _, place, age = seen[r]
-            parts.append(f"rank {r} is behind: {place}" + (f" (no sign of life for {age:.0f} s)" if r in dead else ""))
-        for r in silent:
-            parts.append(f"rank {r} shared no progress (dead before its first check, or output_dir is not shared)")
-        for r in dead:
-            if r not in behind:
-                parts.append(f"rank {r} gives no sign of life for {seen[r][2]:.0f} s (killed or frozen)")
-        if not parts:
-            return f"every rank is at the same point ({own_where}): no rank is behind the others"
-        waited = behind or silent or dead
-        if self._rank in waited:
-            others = sorted(set(range(self._world)) - set(waited))
-            parts.append(("ranks " + ", ".join(map(str, others)) + " wait" if len(others) > 1 else
-                          f"rank {others[0]} waits") + " for it" if others else "")
-        else:
-            parts.append(f"rank {self._rank} waits for rank {', '.join(map(str, waited))} ({own_where})")
-        return "; ".join(p for p in parts if p)
+        if self._board is not None:
+            self._board.remove()
 
     # ---- slow ranks (on_log: every rank logs the same training records) ------------------
     def on_log(self, trainer):
@@ -393,8 +317,8 @@ class StallWatchdog(Callback):
     def _watch(self) -> None:
         while not self._stop.wait(self.check_interval):
             self._arm_backstop()
-            if getattr(self, "_world", 1) > 1:
-                self._publish_progress()
+            if self._board is not None:
+                self._board.publish(self._mark)
             if self._paused:
                 continue
             beat_time, step = self._beat
@@ -418,7 +342,7 @@ class StallWatchdog(Callback):
         rank, phase = self._rank, self._phase
         blame = None
         try:
-            blame = self._blame()
+            blame = self._board.blame(self._mark) if self._board is not None else None
         except Exception as exc:  # noqa: BLE001 - the report goes out without it
             logger.error("StallWatchdog: could not read the other ranks' progress: %s", exc)
         header = (("StallWatchdog: " + blame + "; " if blame else "StallWatchdog: ")

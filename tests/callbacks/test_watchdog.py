@@ -192,10 +192,13 @@ def test_two_processes_a_stalled_rank_ends_the_job(tmp_path):
 
 def test_blame_names_the_rank_behind_a_silent_one_and_a_dead_one(tmp_path):
     """The blame sentence from progress files as three ranks would write them (rank 0 reads them)."""
-    from callbacks.watchdog import PROGRESS_DIR
+    import doctest
 
-    w = StallWatchdog(timeout=2.0)
-    w._rank, w._world, w._out_dir, w._mark = 0, 3, str(tmp_path), (6, 2, 0)
+    import callbacks.stall_blame
+    from callbacks.stall_blame import PROGRESS_DIR, ProgressBoard
+
+    assert doctest.testmod(callbacks.stall_blame).failed == 0
+    board = ProgressBoard(str(tmp_path), rank=0, world_size=3, check_interval=0.1)
     os.makedirs(tmp_path / PROGRESS_DIR)
 
     def write(rank, key, age):
@@ -204,14 +207,21 @@ def test_blame_names_the_rank_behind_a_silent_one_and_a_dead_one(tmp_path):
 
     write(1, [6, 1, 0], 0.1)
     write(2, [6, 2, 0], 0.1)
-    assert w._blame() == "rank 1 is behind: x; rank 0 waits for rank 1 (in the gradient exchange or optimizer update of step 7)"
+    mark = (6, 2, 0)
+    assert board.blame(mark) == ("rank 1 is behind: x; rank 0 waits for rank 1 (in the gradient exchange or optimizer "
+                                 "update of step 7)")
     write(1, [6, 1, 0], 30.0)
-    assert w._blame().startswith("rank 1 is behind: x (no sign of life for 30 s)")
+    assert board.blame(mark).startswith("rank 1 is behind: x (no sign of life for 30 s)")
     os.remove(tmp_path / PROGRESS_DIR / "rank1.json")
-    assert w._blame() == ("rank 1 shared no progress (dead before its first check, or output_dir is not shared); "
-                          "rank 0 waits for rank 1 (in the gradient exchange or optimizer update of step 7)")
+    assert board.blame(mark) == ("rank 1 shared no progress (dead before its first check, or output_dir is not "
+                                 "shared); rank 0 waits for rank 1 (in the gradient exchange or optimizer update of "
+                                 "step 7)")
     write(1, [6, 2, 0], 0.1)
-    assert w._blame().startswith("every rank is at the same point")
-    w._mark = (6, 1, 0)  # this rank is the one behind
-    assert w._blame() == ("rank 0 is behind: in step 7, before the gradient exchange (loading data or computing); "
-                          "ranks 1, 2 wait for it")
+    assert board.blame(mark).startswith("every rank is at the same point")
+    assert board.blame((6, 1, 0)) == ("rank 0 is behind: in step 7, before the gradient exchange (loading data or "
+                                      "computing); ranks 1, 2 wait for it")
+    board.publish((6, 1, 0))
+    with open(board.path(0)) as f:
+        assert json.load(f)["key"] == [6, 1, 0]
+    board.remove()
+    assert not os.path.exists(board.path(0))
