@@ -101,3 +101,19 @@ def test_loss_spike_recovery_takes_over_non_finite_windows():
     args = TrainingArguments(output_dir="unused", report_to=[])
     t = Trainer(make_mlp(), args, train_dataset=ToyDataset(16), callbacks=[LossSpikeRecovery()])
     assert not any(isinstance(cb, NaNGuard) for cb in t.callbacks)
+
+
+def test_ptrain_exits_5_naming_the_step(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "30", "--learning_rate",
+                           "1e20", "--optim", "sgd", "--output_dir", str(tmp_path), "--report_to", "jsonl",
+                           "--logging_steps", "10", "--evaluation_strategy", "no"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ptrain: error: NaNGuard: the gradients of step ") and "(checked at logging step 10)" in last
+    assert not os.path.isdir(tmp_path / "checkpoints")
