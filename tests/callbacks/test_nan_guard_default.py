@@ -117,3 +117,20 @@ def test_ptrain_exits_5_naming_the_step(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ptrain: error: NaNGuard: the gradients of step ") and "(checked at logging step 10)" in last
     assert not os.path.isdir(tmp_path / "checkpoints")
+
+
+def test_two_processes_stop_together_at_the_same_step(tmp_path):
+    import json
+
+    from helpers import REPO, launch
+
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    launch(os.path.join(REPO, "tests", "distributed", "workers", "nan_toy.py"), [out], 2, str(tmp_path / "logs"))
+    results = []
+    for rank in (0, 1):
+        with open(os.path.join(out, f"nan-rank{rank}.json")) as f:
+            results.append(json.load(f))
+    assert results[0] == results[1], results
+    assert results[0]["step"] == 5
+    assert results[0]["message"].startswith("NaNGuard: the gradients of step 4 hold nan or inf")
