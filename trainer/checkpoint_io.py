@@ -5,8 +5,13 @@ Layout of ``output_dir/checkpoints/step-<N>/``::
     model.safetensors       the unwrapped model's state_dict (bfloat16 stored as float32)
     optimizer.safetensors   optimizer tensors, keyed by structured parameter names
     trainer.json            optimizer scalars, scheduler, TrainerState, callbacks,
-                            RNG states of every rank, args, world size
-    manifest.json           files, byte sizes and sha256, step, time, versions; written last
+                            RNG states of every rank, args, world size, the training
+                            set's length (train_samples), the partial logging window
+                            (loss_window: loss sum averaged over ranks, steps), and
+                            whether the accumulation was set for a new world size
+    manifest.json           files, byte sizes and sha256, step, time, versions; written
+                            last. A format_version other than SUPPORTED_FORMAT_VERSIONS
+                            makes verify() refuse the checkpoint.
 
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
 checkpoint cannot run code.
