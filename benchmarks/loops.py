@@ -103,7 +103,7 @@ def _clock_callback(clock):
     return Clock()
 
 
-def all_builtin_callbacks(args) -> list:
+def all_builtin_callbacks(args, include_defaults: bool = False) -> list:
     """One instance of every built-in callback that ``callbacks`` exports and
     ``default_callbacks(args)`` does not already add, configured so that
     training stays what it is (AMP in bfloat16: a no-op on a CPU; LRWarmup over
@@ -128,7 +128,8 @@ def all_builtin_callbacks(args) -> list:
     out = []
     for name in getattr(cb_pkg, "__all__", []):
         obj = getattr(cb_pkg, name, None)
-        if not (isinstance(obj, type) and issubclass(obj, Callback)) or obj is Callback or obj in defaults:
+        if not (isinstance(obj, type) and issubclass(obj, Callback)) or obj is Callback \
+                or (obj in defaults and not include_defaults):
             continue
         try:
             out.append(obj(**configs.get(name, {})))
@@ -145,7 +146,8 @@ def run_ours(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed, varia
     args = _our_args(wl, clock, out_dir, seed, **overrides)
     extra = all_builtin_callbacks(args) if base == "ours-all" else []
     if only:
-        extra = [cb for cb in all_builtin_callbacks(args) if type(cb).__name__ in only]
+        # a named default too (NaNGuard: the user's instance replaces the default one, trainer callback_set)
+        extra = [cb for cb in all_builtin_callbacks(args, include_defaults=True) if type(cb).__name__ in only]
         missing = set(only) - {type(cb).__name__ for cb in extra}
         if missing:
             raise ValueError(f"variant {variant!r}: no built-in callback named {', '.join(sorted(missing))}")

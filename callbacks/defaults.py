@@ -10,6 +10,10 @@ LRWarmup               ``warmup_steps``, ``warmup_ratio`` or               10
                        ``scale_lr_by_batch``
 FlowControl            always (intervals -> state flags)                  20
 StallWatchdog          more than one process (world size > 1)             85
+NaNGuard(action=stop)  always, unless a NaNGuard or LossSpikeRecovery     95
+                       is given (stops at the next logging step after
+                       non-finite gradients or parameters; no host sync
+                       per step)
 GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
 Rank0Logger            ``report_to`` not empty                            100
 Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
@@ -17,16 +21,20 @@ LoadBestModel          ``load_best_model_at_end``                         210
 =====================  =================================================  =====
 
 Not in the default set, add them with ``Trainer(callbacks=[...])``:
-NaNGuard (skipping a non-finite step costs one host sync per optimizer step in
-paddle's dygraph optimizers), EarlyStopping (needs a metric and a patience),
-Export (writes an inference model at the end of fit()).
+NaNGuard() with action 'skip' (skipping a non-finite step costs one host sync
+per optimizer step in paddle's dygraph optimizers), EarlyStopping (needs a
+metric and a patience), Export (writes an inference model at the end of fit()).
 
-``trainer.remove_callback(T)`` drops one; subclass and replace to change a policy.
+A callback given to ``Trainer(callbacks=[...])`` that is an instance of a
+default callback's class replaces that default (``callback_set``): e.g.
+``NaNGuard()`` turns the default stop into skipping, ``Checkpoint(best_k=3)``
+keeps three best checkpoints. ``trainer.remove_callback(T)`` drops one;
+subclass and replace to change a policy.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Iterable, List
 
 from trainer.distributed import get_world_size
 
@@ -38,12 +46,23 @@ from .gpu_monitor import GPUUtilizationMonitor
 from .load_best import LoadBestModel
 from .logger import Rank0Logger
 from .lr_warmup import LRWarmup
+from .nan_guard import NaNGuard
 from .preemption import Preemption
+from .spike_recovery import LossSpikeRecovery
 from .watchdog import StallWatchdog
 
 
+def callback_set(args, user_callbacks: Iterable[Callback] = ()) -> List[Callback]:
+    """The defaults ``args`` switch on, minus those a user's callback of the same class replaces, then the user's."""
+    user = list(user_callbacks or [])
+    defaults = [d for d in default_callbacks(args) if not any(isinstance(u, type(d)) for u in user)]
+    if any(isinstance(u, LossSpikeRecovery) for u in user):  # it rolls non-finite windows back itself
+        defaults = [d for d in defaults if not isinstance(d, NaNGuard)]
+    return defaults + user
+
+
 def default_callbacks(args) -> List[Callback]:
-    out: List[Callback] = [Preemption(), FlowControl(), Checkpoint()]
+    out: List[Callback] = [Preemption(), FlowControl(), Checkpoint(), NaNGuard(action="stop")]
     if args.report_to:
         out.append(Rank0Logger())
         out.append(GPUUtilizationMonitor())  # background sampler; on_step_end adds two host floats

@@ -21,6 +21,23 @@ dump points at the culprit (e.g. the dataset's ``__getitem__``); the ranks
 waiting for it report too, their main thread inside the collective. When the
 rank finishes a step again it logs how long the stall lasted.
 
+Blame. In synchronous data parallelism a rank that stalls makes every other
+rank stall too, inside the collective that waits for it; each rank's own clock
+says only "no step for N s". So every rank shares where it is outside any
+collective: its watchdog thread writes ``output_dir/.ptrain-progress/rank<r>.json``
+every ``check_interval`` (a mark the main thread sets with a host tuple at step
+begin, at the entry to the gradient exchange, at step end and per evaluation
+batch; no I/O in the loop). A stall report then starts with the rank that is
+behind and what it is doing, and on the waiting ranks whom they wait for::
+
+    StallWatchdog: rank 1 is behind: in step 4, before the gradient exchange (loading data or computing);
+    rank 0 waits for rank 1 (in the gradient exchange or optimizer update of step 4); rank 0 has finished ...
+
+A rank whose file has not changed for ``max(3 x check_interval, 2 s)`` is
+named as giving no sign of life (killed or frozen); one with no file as having
+shared no progress (on several nodes ``output_dir`` must be shared, as it must
+for checkpoints). The file is removed at the end of ``fit()``.
+
 With ``action='stop'`` the thread then ends the process with exit code
 **124** (``EXIT_CODE``, as coreutils ``timeout``); ``paddle.distributed.launch``
 sees a rank fail and tears the job down, instead of every rank hanging until a
@@ -109,6 +126,7 @@ from typing import List, Optional
 from trainer.errors import ConfigError
 
 from .base import Callback
+from .stall_blame import ProgressBoard
 
 logger = logging.getLogger("callbacks.watchdog")
 
@@ -145,6 +163,7 @@ class StallWatchdog(Callback):
         self.slow_reports: List[dict] = []  # one per log record with a slow rank (every rank keeps them)
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._board: Optional[ProgressBoard] = None
         self._reset_run()
 
     @property
@@ -160,6 +179,7 @@ class StallWatchdog(Callback):
         self._reported_beat = None          # the heartbeat a stall was reported for (once per stall)
         self._stalled_since = None
         self._skip_step = True
+        self._mark = (0, 0, 0)              # (finished steps, 0 after a step | 1 before the exchange | 2 in it, eval batches)
         self._step_start = self._work_end = None
         self._slow_streak = {}              # rank -> log records in a row it was slow
         self._reset_window()
@@ -175,7 +195,11 @@ class StallWatchdog(Callback):
     def on_fit_begin(self, trainer):
         self._reset_run()
         self._rank = trainer.rank
+        self._world = trainer.world_size
         self._out_dir = trainer.args.output_dir
+        self._board = ProgressBoard(self._out_dir, self._rank, self._world, self.check_interval) \
+            if self._world > 1 else None
+        self._mark = (trainer.state.global_step, 0, 0)
 
     def on_epoch_begin(self, trainer):
         self._pulse(trainer.state.global_step)
@@ -187,15 +211,18 @@ class StallWatchdog(Callback):
 
     def on_step_begin(self, trainer):
         self._step_start, self._work_end = time.perf_counter(), None
+        self._mark = (trainer.state.global_step, 1, 0)  # a host tuple: where this rank is, for the blame
 
     def on_backward_begin(self, trainer):
         state = trainer.state
         if state.micro_step == state.num_micro_batches - 1:  # about to join the gradient exchange
             self._work_end = time.perf_counter()
+            self._mark = (state.global_step, 2, 0)
 
     def on_step_end(self, trainer):
         state = trainer.state
         self._pulse(state.global_step)
+        self._mark = (state.global_step, 0, 0)
         if self._stalled_since is not None:
             logger.warning("StallWatchdog: rank %d finished step %d after a stall of %.1f s", self._rank,
                            state.global_step, time.monotonic() - self._stalled_since)
@@ -216,6 +243,8 @@ class StallWatchdog(Callback):
 
     def on_eval_step_end(self, trainer):
         self._pulse(trainer.state.global_step)
+        step, sub, batches = self._mark
+        self._mark = (trainer.state.global_step, 0, batches + 1 if sub == 0 else 1)
 
     def on_eval_end(self, trainer):
         self._phase = "training"
@@ -238,6 +267,8 @@ class StallWatchdog(Callback):
         self._stop.set()
         thread.join(timeout=self.check_interval + 5.0)
         faulthandler.cancel_dump_traceback_later()
+        if self._board is not None:
+            self._board.remove()
 
     # ---- slow ranks (on_log: every rank logs the same training records) ------------------
     def on_log(self, trainer):
@@ -286,6 +317,8 @@ class StallWatchdog(Callback):
     def _watch(self) -> None:
         while not self._stop.wait(self.check_interval):
             self._arm_backstop()
+            if self._board is not None:
+                self._board.publish(self._mark)
             if self._paused:
                 continue
             beat_time, step = self._beat
@@ -307,7 +340,13 @@ class StallWatchdog(Callback):
 
     def _report(self, step: int, idle: float) -> None:
         rank, phase = self._rank, self._phase
-        header = (f"StallWatchdog: rank {rank} has finished no {'training step' if phase == 'training' else 'batch'} "
+        blame = None
+        try:
+            blame = self._board.blame(self._mark) if self._board is not None else None
+        except Exception as exc:  # noqa: BLE001 - the report goes out without it
+            logger.error("StallWatchdog: could not read the other ranks' progress: %s", exc)
+        header = (("StallWatchdog: " + blame + "; " if blame else "StallWatchdog: ")
+                  + f"rank {rank} has finished no {'training step' if phase == 'training' else 'batch'} "
                   f"for {idle:.1f} s (timeout {self.timeout:g} s); last finished step {step}, now in {phase}; "
                   f"pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
         names = ", ".join(f"0x{t.ident:016x}={t.name}" for t in threading.enumerate() if t.ident is not None)
@@ -324,7 +363,7 @@ class StallWatchdog(Callback):
         except OSError as exc:
             logger.error("StallWatchdog: could not write %s (%s): the stacks are in the log only", path, exc)
             path = None
-        self.stalls.append({"rank": rank, "step": step, "seconds": idle, "phase": phase, "report": path})
+        self.stalls.append({"rank": rank, "step": step, "seconds": idle, "phase": phase, "report": path, "blame": blame})
         action = (f"stopping this process with exit code {EXIT_CODE} so the launcher ends the job"
                   if self.action == "stop" else "training goes on if the rank recovers")
         logger.error("%s; %s. Stacks of its threads (also in %s):\nthreads: %s\n%s", header, action,

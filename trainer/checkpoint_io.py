@@ -5,8 +5,13 @@ Layout of ``output_dir/checkpoints/step-<N>/``::
     model.safetensors       the unwrapped model's state_dict (bfloat16 stored as float32)
     optimizer.safetensors   optimizer tensors, keyed by structured parameter names
     trainer.json            optimizer scalars, scheduler, TrainerState, callbacks,
-                            RNG states of every rank, args, world size
-    manifest.json           files, byte sizes and sha256, step, time, versions; written last
+                            RNG states of every rank, args, world size, the training
+                            set's length (train_samples), the partial logging window
+                            (loss_window: loss sum averaged over ranks, steps), and
+                            whether the accumulation was set for a new world size
+    manifest.json           files, byte sizes and sha256, step, time, versions; written
+                            last. A format_version other than SUPPORTED_FORMAT_VERSIONS
+                            makes verify() refuse the checkpoint.
 
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
 checkpoint cannot run code.
@@ -48,6 +53,7 @@ from .tensors import to_numpy
 
 logger = logging.getLogger("trainer.checkpoint")
 FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)  # manifests this code reads; any other version is refused by verify()
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
@@ -274,6 +280,7 @@ def snapshot(trainer) -> dict:
     rank is gathered to rank 0; the rest is replicated and taken from rank 0.
     """
     rank_states = _gather_json(rng_state())
+    loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
     if not dist.is_main_process():
         return {}
     model = trainer.model
@@ -292,10 +299,22 @@ def snapshot(trainer) -> dict:
             "rng_per_rank": rank_states,
             "args": trainer.args.to_dict(),
             "world_size": trainer.world_size,
+            "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
+            "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
+            "loss_window": loss_window,
         },
         "step": trainer.state.global_step,
         "run_id": trainer.state.run_id,
     }
+
+
+def _loss_window(trainer) -> Optional[dict]:
+    """The loss summed since the last log record (mean over ranks) and the steps in it, so a resumed run logs
+    the same value for the window that spans the interruption. One host read, at a save."""
+    steps = getattr(trainer, "_loss_steps", 0)
+    if not steps:
+        return None
+    return {"sum": float(dist.all_reduce_mean(trainer._loss_sum)), "steps": int(steps)}
 
 
 def _gather_json(value) -> list:
@@ -471,6 +490,7 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
         return path
     candidates = list_checkpoints(output_dir)
     pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
+    named_ok = None
     if os.path.isfile(pointer):
         with open(pointer, "rb") as f:
             text = f.read(4096).decode("utf-8", errors="replace").strip()
@@ -478,18 +498,29 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
         if named in candidates:
             candidates.remove(named)
             candidates.insert(0, named)
+            named_ok = named
         elif dist.is_main_process():
             logger.warning("checkpoints/latest names %s, which does not exist; looking for others", named)
     runs = [r for r in (checkpoint_run_id(c) for c in candidates) if r is not None]
     if runs:  # the current run: the one latest names, else the newest checkpoint's
         candidates = [c for c in candidates if checkpoint_run_id(c) in (runs[0], None)]
+    skipped = []
     for candidate in candidates:
         try:
             verify(candidate)
-            return candidate
         except DataError as exc:
-            if dist.is_main_process():
-                logger.warning("skipping checkpoint %s: %s", candidate, exc)
+            skipped.append(f"{os.path.basename(candidate)} ({exc})")
+            continue
+        if dist.is_main_process():
+            why = "the newest checkpoint whose files verify" + (", named by checkpoints/latest" if candidate == named_ok else "")
+            if skipped:
+                logger.warning("resume auto: resuming from %s (%s); skipped %d newer: %s", candidate, why,
+                               len(skipped), "; ".join(skipped))
+            else:
+                logger.info("resume auto: resuming from %s (%s)", candidate, why)
+        return candidate
+    if dist.is_main_process() and skipped:
+        logger.warning("resume auto: no checkpoint verifies, starting fresh; skipped: %s", "; ".join(skipped))
     return None
 
 
@@ -506,6 +537,11 @@ def verify(path: str) -> dict:
             raise ValueError("it lists no model.safetensors or trainer.json")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        raise DataError(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
+                        f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): resume with the paddle-trainer "
+                        "version that wrote it, or start a fresh run")
     for name, meta in files.items():
         if os.path.basename(name) != name:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
@@ -526,15 +562,30 @@ def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
         opt_tensors = np_load_file(os.path.join(path, "optimizer.safetensors"))
         for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
             meta[key]  # noqa: B018 - presence check
-        if not (isinstance(meta["state"], dict) and isinstance(meta["callbacks"], dict)
-                and isinstance(meta["rng_per_rank"], list) and isinstance(meta["world_size"], int)
-                and meta["world_size"] > 0
-                and isinstance(meta["args"], dict)):
+        if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):
             raise ValueError("trainer.json has fields of the wrong type")
+        check_meta(meta)
     except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
                         "from an incompatible version") from None
     return meta, model_state, opt_tensors
+
+
+def _count(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def check_meta(meta: dict) -> None:
+    """Raise ValueError when the fields resume reads before loading have the wrong type (a damaged trainer.json)."""
+    args, state, window = meta.get("args"), meta.get("state"), meta.get("loss_window")
+    if not (isinstance(args, dict) and isinstance(state, dict) and _count(meta.get("world_size"), 1)
+            and _count(args.get("per_device_train_batch_size"), 1) and _count(args.get("gradient_accumulation_steps"), 1)
+            and _count(state.get("global_step", 0), 0) and all(_count(state.get(k, 0), 0) for k in ("max_steps", "steps_per_epoch"))
+            and (meta.get("train_samples") is None or _count(meta.get("train_samples"), 1))
+            and (window is None or (isinstance(window, dict) and _count(window.get("steps"), 1)
+                                    and isinstance(window.get("sum"), (int, float))
+                                    and not isinstance(window.get("sum"), bool)))):
+        raise ValueError("trainer.json has fields of the wrong type")
 
 
 def load_checkpoint(trainer, path: str) -> Optional[str]:
@@ -566,6 +617,10 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
             trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
         trainer.state.load_state_dict(meta["state"])
         unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
+        window = meta.get("loss_window")
+        if window:  # every rank carries the ranks' mean: the logged mean over ranks comes out the same
+            trainer._loss_sum = paddle.to_tensor(window["sum"], dtype="float32")
+            trainer._loss_steps = int(window["steps"])
         if meta["world_size"] == dist.get_world_size():
             set_rng_state(meta["rng_per_rank"][dist.get_rank()])
         else:
@@ -583,30 +638,8 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
 
 
 def adapt_to_world_size(trainer, meta: dict) -> None:
-    """Resuming on another number of processes keeps the global batch through accumulation.
+    """Resuming on another number of processes keeps the global batch through accumulation
+    (``trainer.resume_check.plan_world_size``; fit() has applied it before planning the schedule)."""
+    from .resume_check import plan_world_size
 
-    The epoch's sample order is the permutation ``RandomState(data_seed + epoch)``
-    of the dataset padded to a multiple of the world size, consumed ``global
-    batch`` samples per optimizer step; with the same global batch the resumed
-    run continues at the same sample offset. (When the dataset length does not
-    divide by both world sizes the padding differs, so the rest of that epoch's
-    order may differ; later epochs are complete permutations again.)
-    """
-    old_ws, new_ws = int(meta["world_size"]), trainer.world_size
-    if old_ws == new_ws:
-        return
-    saved = meta["args"]
-    old_global = saved["per_device_train_batch_size"] * saved["gradient_accumulation_steps"] * old_ws
-    per_step = trainer.args.per_device_train_batch_size * new_ws
-    if old_global % per_step:
-        options = [b for b in range(1, old_global + 1) if old_global % (b * new_ws) == 0]
-        raise ConfigError(
-            f"checkpoint was written by {old_ws} processes with a global batch of {old_global}; on {new_ws} processes "
-            f"per_device_train_batch_size={trainer.args.per_device_train_batch_size} cannot reach it by accumulation: "
-            f"use per_device_train_batch_size in {options[-6:]} or {old_ws} processes")
-    accumulation = old_global // per_step
-    if accumulation != trainer.args.gradient_accumulation_steps and dist.is_main_process():
-        logger.warning("resuming a %d-process checkpoint on %d processes: gradient_accumulation_steps %d -> %d keeps "
-                       "the global batch at %d", old_ws, new_ws, trainer.args.gradient_accumulation_steps,
-                       accumulation, old_global)
-    trainer.args.gradient_accumulation_steps = accumulation
+    plan_world_size(trainer.args, meta, trainer.world_size)

@@ -24,7 +24,7 @@ import struct
 import time
 from typing import List, Optional, Tuple
 
-from .checkpoint_io import LATEST, MANIFEST, _sha256, checkpoints_dir, list_checkpoints, verify
+from .checkpoint_io import LATEST, MANIFEST, SUPPORTED_FORMAT_VERSIONS, _sha256, checkpoints_dir, list_checkpoints, verify
 from .errors import ConfigError, DataError
 
 # the arguments worth a line in a summary, in reading order
@@ -147,6 +147,9 @@ def _short_reason(path: str, manifest: Optional[dict], manifest_problem: Optiona
     for name, _, status in _file_checks(path, manifest):
         if status.isupper() or status.startswith(("MISSING", "WRONG")):
             return f"{name} {status.split(' (')[0].lower()}"
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        return f"format_version {version!r} unknown"
     return "manifest does not verify"
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import paddle
 
 from callbacks.base import Callback, CallbackList
-from callbacks.defaults import default_callbacks
+from callbacks.defaults import callback_set
 
 from . import distributed as dist
 from . import iterable
@@ -43,6 +43,7 @@ from .events import Event
 from .launch import resume_after_restart
 from .output_dir import claim
 from .metric_keys import flatten_metrics
+from .resume_check import prepare_resume
 from .schedules import build_scheduler
 from .state import TrainerState
 from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
@@ -107,7 +108,7 @@ class Trainer(PaddleNLPAPI):
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
-        self.callbacks = CallbackList(list(default_callbacks(self.args)) + list(callbacks or []))
+        self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._seeded_train: Optional[SeededDataset] = None
@@ -319,19 +320,21 @@ class Trainer(PaddleNLPAPI):
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
         _seed_everything(a.seed)
+        # before anything is planned: refuse changed settings, set the accumulation a new world size needs
+        resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()
         if self.optimizer is None:
             if self.lr_scheduler is None:
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
+        self._loss_sum = paddle.zeros([], dtype="float32")
+        self._loss_steps = 0
         if resume:
-            self.load_checkpoint(resume)
+            self.load_checkpoint(resume)  # restores the partial logging window (_loss_sum, _loss_steps) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
             self.state.status = "running"
         self.model.train()
-        self._loss_sum = paddle.zeros([], dtype="float32")
-        self._loss_steps = 0
         self._log_clock = (time.perf_counter(), self.state.samples_seen, self.state.tokens_seen)
         return loader
 
@@ -467,6 +470,8 @@ class Trainer(PaddleNLPAPI):
             state.should_evaluate = False
             if self.eval_dataset is not None:
                 self.evaluate()
+        if state.should_stop and self.args.save_strategy != "no" and not _saved_at_current_step(state):
+            state.should_save = True  # a run stopped by a callback keeps its final state, whatever the save interval
         if state.should_save:
             state.should_save = False
             self.save_checkpoint()
@@ -633,6 +638,10 @@ def _iterate(loader):
         return iter(loader)
     finally:
         np.random.set_state(saved)
+
+
+def _saved_at_current_step(state: TrainerState) -> bool:
+    return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
 def _seed_everything(seed: int) -> None:

@@ -150,13 +150,12 @@ def test_resume_continues_the_schedule_exactly(tmp_path, scheduler):
         assert resumed.lr_scheduler.inner.last_epoch == full.lr_scheduler.inner.last_epoch == 20
 
 
-def test_resume_with_other_warmup_warns_and_uses_this_run(tmp_path, caplog):
+def test_resume_with_other_warmup_is_refused(tmp_path):
+    # a changed warmup would change the schedule of the resumed run: trainer.resume_check refuses it
     resume_run(tmp_path / "a")
     args = dict(warmup_steps=4, lr_scheduler_type="cosine", max_steps=20, save_strategy="no")
-    with caplog.at_level("WARNING", logger="trainer"):
-        t, rec = fit(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoints" / "step-10"), **args)
-    assert "checkpoint was trained with warmup_steps=8" in caplog.text
-    assert t.lr_scheduler.warmup_steps == 4 and len(rec.used) == 10
+    with pytest.raises(ConfigError, match=r"resume: warmup_steps was 8 in checkpoint .*step-10, this run has 4"):
+        fit(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoints" / "step-10"), **args)
 
 
 def test_explicit_option_overrides_the_arguments_without_double_warmup(tmp_path):

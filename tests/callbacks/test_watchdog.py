@@ -180,5 +180,48 @@ def test_two_processes_a_stalled_rank_ends_the_job(tmp_path):
     with open(os.path.join(out, "stall-rank0.txt")) as f:
         waiting = f.read()
     assert stuck.startswith("StallWatchdog: rank 1 ") and "in __getitem__" in stuck  # the culprit
-    assert waiting.startswith("StallWatchdog: rank 0 ") and "in backward" in waiting  # waiting in the gradient all-reduce
+    assert "in backward" in waiting  # rank 0 waits in the gradient all-reduce
+    # both reports blame rank 1, from the progress the ranks share outside the blocked collective
+    behind = "StallWatchdog: rank 1 is behind: in step 4, before the gradient exchange (loading data or computing); "
+    assert stuck.startswith(behind + "rank 0 waits for it; rank 1 has finished no training step"), stuck[:400]
+    assert waiting.startswith(behind + "rank 0 waits for rank 1 (in the gradient exchange or optimizer update of "
+                              "step 4); rank 0 has finished no training step"), waiting[:400]
+    assert "StallWatchdog: rank 1 is behind" in logs[0] and "StallWatchdog: rank 1 is behind" in logs[1]
     assert "stopping this process with exit code 124" in logs[0] + logs[1]
+
+
+def test_blame_names_the_rank_behind_a_silent_one_and_a_dead_one(tmp_path):
+    """The blame sentence from progress files as three ranks would write them (rank 0 reads them)."""
+    import doctest
+
+    import callbacks.stall_blame
+    from callbacks.stall_blame import PROGRESS_DIR, ProgressBoard
+
+    assert doctest.testmod(callbacks.stall_blame).failed == 0
+    board = ProgressBoard(str(tmp_path), rank=0, world_size=3, check_interval=0.1)
+    os.makedirs(tmp_path / PROGRESS_DIR)
+
+    def write(rank, key, age):
+        with open(tmp_path / PROGRESS_DIR / f"rank{rank}.json", "w") as f:
+            json.dump({"rank": rank, "key": key, "where": "x", "time": time.time() - age, "pid": 1}, f)
+
+    write(1, [6, 1, 0], 0.1)
+    write(2, [6, 2, 0], 0.1)
+    mark = (6, 2, 0)
+    assert board.blame(mark) == ("rank 1 is behind: x; rank 0 waits for rank 1 (in the gradient exchange or optimizer "
+                                 "update of step 7)")
+    write(1, [6, 1, 0], 30.0)
+    assert board.blame(mark).startswith("rank 1 is behind: x (no sign of life for 30 s)")
+    os.remove(tmp_path / PROGRESS_DIR / "rank1.json")
+    assert board.blame(mark) == ("rank 1 shared no progress (dead before its first check, or output_dir is not "
+                                 "shared); rank 0 waits for rank 1 (in the gradient exchange or optimizer update of "
+                                 "step 7)")
+    write(1, [6, 2, 0], 0.1)
+    assert board.blame(mark).startswith("every rank is at the same point")
+    assert board.blame((6, 1, 0)) == ("rank 0 is behind: in step 7, before the gradient exchange (loading data or "
+                                      "computing); ranks 1, 2 wait for it")
+    board.publish((6, 1, 0))
+    with open(board.path(0)) as f:
+        assert json.load(f)["key"] == [6, 1, 0]
+    board.remove()
+    assert not os.path.exists(board.path(0))

@@ -45,8 +45,11 @@ def test_resume_path_that_does_not_exist(tmp_path):
 def test_checkpoint_from_another_model_names_parameters(tmp_path):
     run(tmp_path / "a", 5)
     model = make_mlp(hidden=4)
-    args = TrainingArguments(output_dir=str(tmp_path / "b"), max_steps=2, report_to=[], save_strategy="no")
-    t = Trainer(model, args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss())
+    # the same settings as the run that wrote it (a changed setting is refused first: test_resume_settings.py)
+    args = TrainingArguments(output_dir=str(tmp_path / "b"), per_device_train_batch_size=8, max_steps=8,
+                             learning_rate=0.01, warmup_steps=3, lr_scheduler_type="cosine", report_to=[],
+                             save_strategy="no", evaluation_strategy="no")
+    t = Trainer(model, args, train_dataset=ToyDataset(60), loss_fn=paddle.nn.CrossEntropyLoss())
     with pytest.raises(DataError, match=r"is for another model \(.*shape differs for \['0.bias'"):
         t.fit(resume_from_checkpoint=str(tmp_path / "a" / "checkpoints" / "step-5"))
 

@@ -1,0 +1,136 @@
+"""The default callback set catches non-finite gradients and parameters (NaNGuard action='stop'): a nan
+feature hidden by a ReLU stops the run at the next logging step naming the step, with exit code 5 and no
+host sync on the steps that do not log."""
+
+import os
+
+import numpy as np
+import paddle
+import pytest
+from helpers import ToyDataset, make_mlp
+from host_syncs import CountSyncs
+
+from callbacks import Callback, LossSpikeRecovery, NaNGuard
+from trainer import Trainer, TrainingArguments
+from trainer.data import ResumableDistributedBatchSampler
+from trainer.errors import TrainingError
+
+BATCH, N = 8, 96
+
+
+def index_in_step(step):
+    sampler = ResumableDistributedBatchSampler(N, BATCH, shuffle=True, seed=0)
+    sampler.set_epoch(0)
+    return list(iter(sampler))[step - 1][0]
+
+
+class OneNaNFeature(ToyDataset):
+    def __init__(self, bad_index=None):
+        super().__init__(N)
+        if bad_index is not None:
+            self.x[bad_index, 3] = np.nan
+
+
+def make(tmp_path, bad_step=None, callbacks=(), **overrides):
+    values = dict(output_dir=str(tmp_path), per_device_train_batch_size=BATCH, learning_rate=0.01, max_steps=10,
+                  logging_steps=5, report_to=[], evaluation_strategy="no", save_strategy="no")
+    values.update(overrides)
+    data = OneNaNFeature(index_in_step(bad_step) if bad_step else None)
+    return Trainer(make_mlp(), TrainingArguments(**values), train_dataset=data, loss_fn=paddle.nn.CrossEntropyLoss(),
+                   callbacks=list(callbacks))
+
+
+def test_nan_feature_behind_relu_stops_at_the_next_logging_step_naming_the_step(tmp_path):
+    t = make(tmp_path, bad_step=4)
+    losses = []
+
+    class Losses(Callback):
+        def on_log(self, trainer):
+            losses.append(trainer.state.logs.get("loss"))
+
+    t.add_callback(Losses())
+    with pytest.raises(TrainingError) as err:
+        t.fit()
+    message = str(err.value)
+    assert message.startswith("NaNGuard: the gradients of step 4 hold nan or inf, and the parameters are no longer "
+                              "finite (checked at logging step 5); training stopped: check the data of step 4"), message
+    assert err.value.exit_code == 5 and "\n" not in message
+    assert t.state.status == "failed" and t.state.global_step == 5
+    assert np.isfinite(losses).all()  # the logged loss alone would never have shown it
+
+
+def test_nan_weights_are_never_saved(tmp_path):
+    t = make(tmp_path, bad_step=2, save_strategy="steps", save_steps=3)
+    with pytest.raises(TrainingError, match=r"the gradients of step 2 .*checked before saving step 3"):
+        t.fit()
+    assert not os.path.isdir(tmp_path / "checkpoints" / "step-3")
+
+
+def test_non_finite_parameters_with_finite_gradients_are_caught(tmp_path):
+    class Corrupt(Callback):
+        def on_optimizer_step_end(self, trainer):
+            if trainer.state.global_step == 10:  # after the update of the logging step: its gradients were finite
+                with paddle.no_grad():
+                    w = trainer.model[2].bias
+                    paddle.assign(paddle.full_like(w, float("inf")), output=w)
+
+    t = make(tmp_path, callbacks=[Corrupt()], max_steps=12)
+    with pytest.raises(TrainingError, match=r"the parameters hold nan or inf at step 10 \(checked at logging step 10\)"):
+        t.fit()
+
+
+def test_a_clean_run_completes_and_costs_no_host_sync_per_step(tmp_path):
+    counter = CountSyncs()
+    t = make(tmp_path, callbacks=[counter])
+    assert any(isinstance(cb, NaNGuard) and cb.action == "stop" for cb in t.callbacks)
+    with counter.installed():
+        state = t.fit()
+    assert state.status == "completed"
+    assert counter.per_step == [0] * 8, counter.sources
+
+
+def test_a_users_nan_guard_replaces_the_default_and_skips(tmp_path):
+    t = make(tmp_path, bad_step=4, callbacks=[NaNGuard()])
+    guards = [cb for cb in t.callbacks if isinstance(cb, NaNGuard)]
+    assert len(guards) == 1 and guards[0].action == "skip"
+    state = t.fit()
+    assert state.status == "completed" and state.skipped_steps == 1
+
+
+def test_loss_spike_recovery_takes_over_non_finite_windows():
+    args = TrainingArguments(output_dir="unused", report_to=[])
+    t = Trainer(make_mlp(), args, train_dataset=ToyDataset(16), callbacks=[LossSpikeRecovery()])
+    assert not any(isinstance(cb, NaNGuard) for cb in t.callbacks)
+
+
+def test_ptrain_exits_5_naming_the_step(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "30", "--learning_rate",
+                           "1e20", "--optim", "sgd", "--output_dir", str(tmp_path), "--report_to", "jsonl",
+                           "--logging_steps", "10", "--evaluation_strategy", "no"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ptrain: error: NaNGuard: the gradients of step ") and "(checked at logging step 10)" in last
+    assert not os.path.isdir(tmp_path / "checkpoints")
+
+
+def test_two_processes_stop_together_at_the_same_step(tmp_path):
+    import json
+
+    from helpers import REPO, launch
+
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    launch(os.path.join(REPO, "tests", "distributed", "workers", "nan_toy.py"), [out], 2, str(tmp_path / "logs"))
+    results = []
+    for rank in (0, 1):
+        with open(os.path.join(out, f"nan-rank{rank}.json")) as f:
+            results.append(json.load(f))
+    assert results[0] == results[1], results
+    assert results[0]["step"] == 5
+    assert results[0]["message"].startswith("NaNGuard: the gradients of step 4 hold nan or inf")
