@@ -51,6 +51,9 @@ MAY_CHANGE = frozenset({
     "save_strategy", "save_steps", "save_total_limit", "save_async",
     "metric_for_best_model", "greater_is_better",
     "dataloader_num_workers", "device", "find_unused_parameters",
+    "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
+    "do_train", "do_eval", "do_predict", "do_export",
+    "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")
