@@ -83,9 +83,9 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
     return path
 
 
-def _warn_uneven_epoch(meta: dict, n: int, world_size: int) -> None:
+def _warn_uneven_epoch(meta: dict, n: Optional[int], world_size: int) -> None:
     old_ws, state = int(meta["world_size"]), meta["state"]
-    if old_ws == world_size or not state.get("step_in_epoch") or not (n % old_ws or n % world_size):
+    if n is None or old_ws == world_size or not state.get("step_in_epoch") or not (n % old_ws or n % world_size):
         return
     if dist.is_main_process():
         logger.warning("resume: %d samples do not divide by both %d and %d processes, so the epoch is padded "
@@ -105,9 +105,13 @@ def read_meta(path: str) -> dict:
     return meta
 
 
-def _dataset_len(trainer) -> int:
+def _dataset_len(trainer) -> Optional[int]:
+    """The training set's sample count; None for an IterableDataset (a stream has no length to compare)."""
     from .data import dataset_length
+    from .iterable import is_iterable
 
+    if is_iterable(trainer.train_dataset):
+        return None
     return dataset_length(trainer.train_dataset, "training")
 
 
@@ -157,7 +161,7 @@ def keep_adapted_accumulation(args, meta: dict, world_size: int) -> None:
         args.gradient_accumulation_steps = int(saved["gradient_accumulation_steps"])
 
 
-def check_resume(args, meta: dict, dataset_len: int, world_size: int, path: str = "the checkpoint") -> None:
+def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, path: str = "the checkpoint") -> None:
     """Refuse (ConfigError, one line) what would make the resumed run differ from the interrupted one."""
     saved, state = meta["args"], meta["state"]
     where = f"checkpoint {path}"
@@ -190,18 +194,22 @@ def check_resume(args, meta: dict, dataset_len: int, world_size: int, path: str 
                 f"resume with gradient_accumulation_steps {old_k}, {_FRESH}")
     # 3. the dataset
     old_n = meta.get("train_samples")
-    if old_n is not None and int(old_n) != dataset_len:
+    if old_n is not None and dataset_len is not None and int(old_n) != dataset_len:
         raise ConfigError(
             f"resume: the training dataset has {dataset_len} samples, the run in {where} had {old_n}: the epoch's "
             f"order and length would change; resume with the same dataset, {_FRESH}")
     # 4. the length of the run: never below the checkpoint's step
     step = int(state.get("global_step", 0))
-    steps_per_epoch = _steps_per_epoch(args, dataset_len, world_size)
-    if old_n is None and int(meta["world_size"]) == world_size and state.get("steps_per_epoch") not in (None, steps_per_epoch):
+    if dataset_len is None:  # a stream (IterableDataset) has no epochs: its run length is max_steps
+        steps_per_epoch = None
+        planned = args.max_steps
+    else:
+        steps_per_epoch = _steps_per_epoch(args, dataset_len, world_size)
+        planned = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+    if old_n is None and steps_per_epoch is not None and int(meta["world_size"]) == world_size and state.get("steps_per_epoch") not in (None, steps_per_epoch):
         raise ConfigError(
             f"resume: an epoch has {steps_per_epoch} steps in this run but had {state['steps_per_epoch']} in {where} "
             f"(another dataset size?): resume with the same dataset and batch, {_FRESH}")
-    planned = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     if planned < step:
         field = f"max_steps={args.max_steps}" if args.max_steps > 0 else \
             f"num_train_epochs={args.num_train_epochs:g} ({planned} steps)"
