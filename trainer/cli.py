@@ -24,12 +24,12 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from typing import List, Optional
 
 from .errors import ConfigError, TrainerError
+from .supervise import run_launcher
 
 LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", "--max_restarts")
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
@@ -94,6 +94,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*ccache.*")  # paddle's import-time notice, noise for users
+    from .process import install_startup_handlers
+
+    install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     ns, extra = parser.parse_known_args(argv)
@@ -257,7 +260,7 @@ def _launch_with_restarts(ns, argv: List[str], output_dir: str) -> int:
     while True:
         cmd = launch_command(ns, argv, output_dir)
         print("ptrain: launching: " + " ".join(cmd), file=sys.stderr)
-        code = subprocess.call(cmd)
+        code = run_launcher(cmd)
         if code in NO_RESTART or attempt >= ns.max_restarts:
             if code not in (0, 130, 143):
                 print(f"ptrain: the run failed with exit code {code}; the failing rank's log is in "
