@@ -143,9 +143,13 @@ class Preemption(Callback):
         self._prefix = f"ptrain/preempt/{_FITS[0]}/"
         self._trainer = trainer
         self._startup_was = process.startup_handlers_active(False)
+        if "PADDLE_TRAINER_ID" in os.environ:  # under paddle's launcher (also without ptrain): die with it
+            process.die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
+                # SA_RESTART: paddle's C++ (TCPStore, gloo) fails on EINTR instead of retrying
+                signal.siginterrupt(sig, False)
             self._watching = process.WATCHER.start()
             if self._watching:
                 process.WATCHER.subscribe(self._from_watcher)
@@ -159,6 +163,7 @@ class Preemption(Callback):
         process.WATCHER.unsubscribe(self._from_watcher)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+            signal.siginterrupt(sig, False)
         self._previous.clear()
         process.startup_handlers_active(self._startup_was)
 

@@ -166,8 +166,8 @@ class _Startup:
         def later():
             time.sleep(STARTUP_EXIT_SECONDS)
             if self.active:
-                exit_now(128 + signum, f"ptrain: {signal.Signals(signum).name} during start-up: exiting "
-                                       f"{128 + signum} (nothing trained yet, nothing to save)")
+                exit_now(128 + signum, f"ptrain: {signal.Signals(signum).name} outside training: exiting "
+                                       f"{128 + signum} (no step in progress, nothing to save)")
 
         threading.Thread(target=later, daemon=True).start()
 
@@ -183,6 +183,7 @@ def install_startup_handlers() -> None:
     _STARTUP.active = True
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _STARTUP.handler)
+        signal.siginterrupt(sig, False)  # SA_RESTART: paddle's C++ fails on EINTR instead of retrying
     if WATCHER.start():
         WATCHER.subscribe(_STARTUP.watch)
 

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional
 
 import psutil
 
-from .process import set_parent_death_signal
+from .process import set_parent_death_signal, startup_handlers_active
 
 logger = logging.getLogger("trainer.supervise")
 
@@ -176,8 +176,11 @@ def run_launcher(cmd: List[str], env: Optional[dict] = None) -> int:
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup)
     sup = _Supervisor(proc)
     previous = {}
+    startup_exit = startup_handlers_active(False)  # ptrain waits for the job instead
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, sup.on_signal) for sig in FORWARDED}
+        for sig in FORWARDED:
+            signal.siginterrupt(sig, False)
     try:
         code = sup.wait()
     except BaseException:
@@ -186,5 +189,6 @@ def run_launcher(cmd: List[str], env: Optional[dict] = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        startup_handlers_active(startup_exit)
     sup.reap()
     return sup.exit_code(code)
