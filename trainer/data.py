@@ -13,6 +13,7 @@ rank order restores the dataset order.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from typing import Iterator, List
@@ -219,6 +220,10 @@ def close_iterator(iterator) -> None:
     """
     if hasattr(iterator, "_shutdown_on_exit"):
         abandon_iterator(iterator)
+        # its queues' pipes are freed with the iterator, which sits in a reference cycle (its reader
+        # thread's bound method): collect it now, not at some later collection (6 fds per epoch otherwise).
+        # Costs milliseconds, once per epoch, next to starting the workers' processes.
+        gc.collect()
     elif hasattr(iterator, "close"):
         iterator.close()
 

@@ -5,7 +5,9 @@ usage: lifetime_toy.py OUT_DIR MODE [NUM_WORKERS]
 MODE ``syncs``: 2-process run counting device-to-host syncs per non-logging step
 (Preemption on); writes syncs-rank<r>.json.
 MODE ``block``: trains slowly; once OUT_DIR/block exists, ``__getitem__`` blocks
-(forever); writes at-<step> markers and pids.json (this process and its children).
+(forever); writes last-rank<r> (the last finished step) at every step, at-<step>
+markers and pids-rank<r>.json (this process and its children) every 5 steps;
+StallWatchdog with a 2 s timeout.
 MODE ``epochs``: 40 tiny epochs with NUM_WORKERS DataLoader workers; after each
 epoch records the number of child processes and open fds in epochs.json.
 """
@@ -26,6 +28,7 @@ from host_syncs import CountSyncs  # noqa: E402
 
 from callbacks import Callback  # noqa: E402
 from callbacks.preemption import Preemption  # noqa: E402
+from callbacks.watchdog import StallWatchdog  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
@@ -48,6 +51,8 @@ class Mark(Callback):
 
     def on_step_end(self, trainer):
         step = trainer.state.global_step
+        with open(os.path.join(self.out, f"last-rank{dist.get_rank()}"), "w") as f:
+            f.write(str(step))
         if step % 5 == 0:
             me = psutil.Process()
             pids = [me.pid] + [c.pid for c in me.children(recursive=True)]
@@ -90,6 +95,8 @@ def main(out, mode, workers):
     trainer = Trainer(make_mlp(), TrainingArguments(max_steps=100000, **args),
                       train_dataset=Blocking(400, os.path.join(out, "block")), loss_fn=paddle.nn.CrossEntropyLoss(),
                       callbacks=[Mark(out)])
+    trainer.remove_callback(StallWatchdog)  # the default one waits 600 s before it reports
+    trainer.add_callback(StallWatchdog(timeout=2.0))
     state = trainer.fit()
     return trainer.callbacks.get(Preemption).exit_code if state.status == "preempted" else 0
 
