@@ -38,9 +38,9 @@ stuck in a collective, a rendezvous that never completes), a watcher thread
 ends the process with 128 + signal: a single process waiting for data first
 saves its last finished step from that thread (its state is exactly that
 step's). A signal before the first step of this ``fit()`` ends the process
-within 3 s (nothing to save). After the agreement, the save and the exit
-have ``save_seconds``. Then all ranks wait for each other (store barrier,
-at most ``save_seconds``) so that no rank exits while rank 0 still writes:
+within 3 s (nothing to save). After the agreement, the save and the wait
+below have ``save_seconds`` until ``fit()`` returns: all ranks wait for each
+other (store barrier) so that no rank exits while rank 0 still writes:
 paddle's launcher kills the remaining ranks 3 s after the first one exits.
 """
 
@@ -158,8 +158,7 @@ class Preemption(Callback):
         if self.agreed_signum is not None and trainer.state.status != "failed":
             trainer.state.status = "preempted"
             self._wait_for_all_ranks(trainer)
-        if self.agreed_signum is None:
-            self._finished.set()  # no stop was agreed: the deadline no longer applies
+        self._finished.set()  # the deadline thread ends: what follows fit() is the caller's
         process.WATCHER.unsubscribe(self._from_watcher)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)

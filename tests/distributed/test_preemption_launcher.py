@@ -37,10 +37,23 @@ def wait_for(predicate, proc, timeout=180, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+_SEEN = []  # every process a test's job had: killed at teardown if a failed assertion left it running
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    yield
+    for p in alive(_SEEN):
+        p.kill()
+    _SEEN.clear()
+
+
 def tree(pid):
     """pid and every descendant, as psutil processes (create time kept to be immune to pid reuse)."""
     root = psutil.Process(pid)
-    return [root] + root.children(recursive=True)
+    procs = [root] + root.children(recursive=True)
+    _SEEN.extend(procs)
+    return procs
 
 
 def alive(procs):
@@ -83,10 +96,13 @@ def toy_results(out):
     return codes, finals
 
 
-@pytest.mark.parametrize("who", ["launcher", "everyone"])
-def test_sigterm_to_launcher_or_every_process(tmp_path, who):
-    """The launcher repeats SIGTERM 3 times 0.2 s apart (and a cluster may also signal every
-    process): no repeat counts as "exit now"; both ranks save the same step and exit 143."""
+@pytest.mark.parametrize("who,sig,launcher_code", [("launcher", signal.SIGTERM, 15), ("everyone", signal.SIGTERM, 15),
+                                                   ("launcher", signal.SIGINT, 2)])
+def test_signal_to_raw_launcher_or_every_process(tmp_path, who, sig, launcher_code):
+    """A raw ``paddle.distributed.launch`` (no ptrain). The launcher turns SIGTERM or Ctrl-C into
+    SIGTERM to each rank, 3 times 0.2 s apart (and a cluster may also signal every process): no
+    repeat counts as "exit now"; both ranks save the same step, release the lock and exit 143;
+    the launcher exits with paddle's own code (its signal number)."""
     out = str(tmp_path / "out")
     os.makedirs(out)
     launcher = raw_launch(tmp_path, out)
@@ -96,10 +112,10 @@ def test_sigterm_to_launcher_or_every_process(tmp_path, who):
     targets = [p.pid for p in procs if p.pid == launcher.pid or "preempt_toy" in " ".join(p.cmdline())] \
         if who == "everyone" else [launcher.pid]
     for pid in targets:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sig)
     code = launcher.wait(timeout=120)
     elapsed = time.time() - t0
-    assert code == 15  # paddle's launcher, signalled itself, exits with the signal number (documented)
+    assert code == launcher_code  # paddle's launcher, signalled itself, exits with the signal number (documented)
     codes, finals = toy_results(out)
     assert codes == [143, 143]
     assert all(len(f) == 1 and f[0].endswith("preempted.npz") for f in finals)
@@ -133,18 +149,20 @@ def _launcher_exit_code(text):
     return int(codes[-1]) if codes else None
 
 
-def test_sigterm_to_ptrain_is_forwarded(tmp_path):
-    """What Kubernetes does: SIGTERM to ptrain (PID 1). The ranks save and exit 143, the
-    launcher exits 143, ptrain exits 143, nothing of the job is left."""
-    proc, out = _ptrain_run(tmp_path)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_ptrain_is_forwarded(tmp_path, sig):
+    """What Kubernetes does (SIGTERM to ptrain as PID 1), or a Ctrl-C: the ranks save and exit
+    128 + signal, so do the launcher and ptrain; --max_restarts does not relaunch; nothing is left."""
+    proc, out = _ptrain_run(tmp_path, "--max_restarts", "2")
     wait_for(lambda: _logged_step(out) >= 20, proc, what="step 20")
     procs = tree(proc.pid)
     t0 = time.time()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     text, _ = proc.communicate(timeout=120)
     elapsed = time.time() - t0
-    assert proc.returncode == 143, text[-3000:]
-    assert _launcher_exit_code(text) == 143, text[-3000:]
+    assert proc.returncode == 128 + sig, text[-3000:]
+    assert _launcher_exit_code(text) == 128 + sig, text[-3000:]
+    assert "restart 1 of" not in text
     assert latest_checkpoint(out) >= 20
     assert not os.path.exists(os.path.join(out, ".ptrain.lock"))
     assert elapsed < 60

@@ -21,9 +21,26 @@ TOY = os.path.join(REPO, "tests", "distributed", "workers", "lifetime_toy.py")
 ENV = dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS="3")
 
 
+_STARTED = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    yield
+    for proc in _STARTED:  # a failed assertion must not leave a run (or its workers) behind
+        try:
+            for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
+                p.kill()
+        except psutil.Error:
+            pass
+    _STARTED.clear()
+
+
 def start(out, mode, workers):
-    return subprocess.Popen([sys.executable, TOY, out, mode, str(workers)], env=ENV, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, TOY, out, mode, str(workers)], env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def wait_for(path, proc, timeout=120):
