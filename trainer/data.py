@@ -13,8 +13,10 @@ rank order restores the dataset order.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
+import os
 import random
 from typing import Iterator, List
 
@@ -239,4 +241,4 @@ def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_worke
 
     return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn,
                       num_workers=num_workers, return_list=True, persistent_workers=False,
-                      worker_init_fn=dataloader_worker_init)
+                      worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))

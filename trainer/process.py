@@ -65,14 +65,15 @@ def die_with_parent(sig: int = signal.SIGTERM, parent_pid: Optional[int] = None)
     return ok
 
 
-def dataloader_worker_init(worker_id: int) -> None:
+def dataloader_worker_init(worker_id: int, parent_pid: Optional[int] = None) -> None:
     """``worker_init_fn`` for DataLoader workers: ignore SIGTERM/SIGINT (the training process
-    shuts its workers down), die with the training process (SIGKILL)."""
+    shuts its workers down), die with the training process (SIGKILL). ``parent_pid`` is the
+    training process (bind it with ``functools.partial`` where the loader is made): a worker
+    whose parent is already another process exits at once."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-    if set_parent_death_signal(signal.SIGKILL) and (parent == 1 or os.getppid() != parent):
-        os._exit(0)  # the training process is already gone
+    if set_parent_death_signal(signal.SIGKILL) and parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(0)  # the training process died before prctl: the kernel will never send it
 
 
 class _SignalWatcher:

@@ -124,3 +124,13 @@ def test_sigterm_with_a_blocked_getitem_saves_the_last_step(tmp_path, workers):
 
 def test_single_process_has_a_stall_watchdog():
     assert any(isinstance(cb, StallWatchdog) for cb in default_callbacks(TrainingArguments(report_to=[])))
+
+
+def test_die_with_parent_covers_a_parent_already_gone():
+    """The race: the parent died before prctl (this process was re-parented): the signal comes at once."""
+    code = ("import signal, time; from trainer.process import die_with_parent; "
+            "assert die_with_parent(signal.SIGTERM, parent_pid=-7); time.sleep(60)")
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    assert time.time() - t0 < 30
