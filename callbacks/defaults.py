@@ -9,7 +9,7 @@ Preemption             always (SIGTERM/SIGINT: agree, save, stop)         5
 LRWarmup               ``warmup_steps``, ``warmup_ratio`` or               10
                        ``scale_lr_by_batch``
 FlowControl            always (intervals -> state flags)                  20
-StallWatchdog          always (a stall report per rank)                   85
+StallWatchdog          more than one process (world size > 1)             85
 GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
 Rank0Logger            ``report_to`` not empty                            100
 Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
@@ -26,6 +26,8 @@ Export (writes an inference model at the end of fit()).
 from __future__ import annotations
 
 from typing import List
+
+from trainer.distributed import get_world_size
 
 from .amp import AMP
 from .base import Callback
@@ -47,5 +49,6 @@ def default_callbacks(args) -> List[Callback]:
         out.append(LRWarmup())
     if args.amp != "off":
         out.append(AMP(dtype={"fp16": "float16", "bf16": "bfloat16"}[args.amp], level=args.amp_level))
-    out.append(StallWatchdog())  # one per rank; a single process reports a stall too (e.g. a blocked __getitem__)
+    if get_world_size() > 1:  # the launcher's environment: one watchdog per rank
+        out.append(StallWatchdog())
     return out

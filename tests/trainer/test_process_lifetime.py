@@ -12,9 +12,6 @@ import psutil
 import pytest
 from helpers import REPO
 
-from callbacks.defaults import default_callbacks
-from callbacks.watchdog import StallWatchdog
-from trainer import TrainingArguments
 from trainer.checkpoint_io import verify
 
 TOY = os.path.join(REPO, "tests", "distributed", "workers", "lifetime_toy.py")
@@ -120,10 +117,6 @@ def test_sigterm_with_a_blocked_getitem_saves_the_last_step(tmp_path, workers):
     assert latest == f"step-{last}", err[-3000:]
     verify(os.path.join(out, "checkpoints", latest))
     assert gone_within(pids, 15) == []
-
-
-def test_single_process_has_a_stall_watchdog():
-    assert any(isinstance(cb, StallWatchdog) for cb in default_callbacks(TrainingArguments(report_to=[])))
 
 
 def test_die_with_parent_covers_a_parent_already_gone():

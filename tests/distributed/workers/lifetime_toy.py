@@ -95,7 +95,7 @@ def main(out, mode, workers):
     trainer = Trainer(make_mlp(), TrainingArguments(max_steps=100000, **args),
                       train_dataset=Blocking(400, os.path.join(out, "block")), loss_fn=paddle.nn.CrossEntropyLoss(),
                       callbacks=[Mark(out)])
-    trainer.remove_callback(StallWatchdog)  # the default one waits 600 s before it reports
+    trainer.remove_callback(StallWatchdog)  # (under a launcher the default one waits 600 s before it reports)
     trainer.add_callback(StallWatchdog(timeout=2.0))
     state = trainer.fit()
     return trainer.callbacks.get(Preemption).exit_code if state.status == "preempted" else 0
