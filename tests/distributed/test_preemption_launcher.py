@@ -56,6 +56,13 @@ def tree(pid):
     return procs
 
 
+def cmdline(p):
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # gone, or a zombie helper
+        return ""
+
+
 def alive(procs):
     out = []
     for p in procs:
@@ -74,7 +81,7 @@ def assert_all_gone(procs, timeout=30):
     left = alive(procs)
     for p in left:
         p.kill()
-    assert not left, f"left running: {[(p.pid, ' '.join(p.cmdline()[-3:])) for p in left]}"
+    assert not left, f"left running: {[(p.pid, cmdline(p)[-120:]) for p in left]}"
 
 
 def latest_checkpoint(out):
@@ -109,7 +116,7 @@ def test_signal_to_raw_launcher_or_every_process(tmp_path, who, sig, launcher_co
     wait_for(lambda: os.path.exists(os.path.join(out, "at-20-rank1")), launcher, what="step 20")
     procs = tree(launcher.pid)
     t0 = time.time()
-    targets = [p.pid for p in procs if p.pid == launcher.pid or "preempt_toy" in " ".join(p.cmdline())] \
+    targets = [p.pid for p in procs if p.pid == launcher.pid or "preempt_toy" in cmdline(p)] \
         if who == "everyone" else [launcher.pid]
     for pid in targets:
         os.kill(pid, sig)
@@ -176,7 +183,7 @@ def test_sigkill_leaves_no_process(tmp_path, victim):
     proc, out = _ptrain_run(tmp_path)
     wait_for(lambda: _logged_step(out) >= 20, proc, what="step 20")
     procs = tree(proc.pid)
-    launcher = [p for p in procs if "paddle.distributed.launch" in " ".join(p.cmdline())][0]
+    launcher = [p for p in procs if "paddle.distributed.launch" in cmdline(p)][0]
     (launcher if victim == "launcher" else psutil.Process(proc.pid)).kill()
     assert_all_gone(procs, timeout=60)
     proc.communicate(timeout=30)
@@ -197,7 +204,7 @@ def test_sigterm_during_startup_exits_143_promptly(tmp_path):
         for child in children:
             try:
                 count += "launch_entry" in " ".join(child.cmdline())
-            except psutil.Error:  # a short-lived helper process
+            except psutil.Error:  # a short-lived helper process, or a zombie
                 pass
         return count >= 2
 
