@@ -7,7 +7,8 @@ Events: ``on_fit_begin`` (install signal handlers; main thread only),
 ``on_eval_step_end`` / ``on_save_begin`` / ``on_save_end`` (progress marks:
 a long evaluation or save is not a stall), ``on_fit_end`` (wait until every
 rank is done, restore handlers). Options: ``signals`` (default SIGTERM,
-SIGINT), ``check_every`` (steps between agreement checks, default 1),
+SIGINT), ``check_every`` (steps between agreement checks, default
+``logging_steps``),
 ``stall_seconds`` and ``save_seconds`` (the time bounds below; defaults from
 ``PTRAIN_PREEMPT_STALL_SECONDS`` / ``PTRAIN_PREEMPT_SAVE_SECONDS``, else 15 and
 300). State saved: none.
@@ -25,11 +26,16 @@ Agreement without a device sync. One process checks its flag at every step
 end (no cost). With several processes the ranks must stop at the same step;
 they agree through the TCPStore that ``init_parallel_env`` created (a host
 channel: no tensor, no device sync). A rank that received the signal at the
-end of step ``s`` proposes to stop at the next multiple of ``check_every``
-after ``s``; the first proposal wins; every rank reads it with one store
-round trip (``add(key, 0)``) at each multiple of ``check_every``. No rank can
-have finished that step yet (it needs the proposer's gradients), so all stop
-at the same step, one to ``check_every`` steps after the signal.
+end of step ``s`` proposes to stop at the next multiple of the check interval
+after ``s`` (3 store round trips, once); the first proposal wins; every rank
+reads it with one store round trip (``add(key, 0)``) at each multiple of the
+interval. No rank can have finished that step yet (it needs the proposer's
+gradients), so all stop at the same step, 1 to ``interval`` steps after the
+signal. The interval is ``check_every`` (``PTRAIN_PREEMPT_CHECK_EVERY``), by
+default ``logging_steps``: paddle 3.3.1's store client takes about 45 ms per
+round trip (measured here), too slow for every step, so the check rides on the
+logging steps, where the ranks meet anyway. Lower it when ``logging_steps`` x
+step time comes near your cluster's grace period.
 
 Time bounds. While the main thread makes progress (steps, evaluation
 batches, saves) the stop waits for the agreed step. If nothing progresses for
@@ -53,6 +59,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Optional
 
 from trainer import process
 
@@ -72,10 +79,12 @@ def _env_seconds(name: str, default: float) -> float:
 class Preemption(Callback):
     order = 5
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), check_every: int = 1,
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), check_every: Optional[int] = None,
                  stall_seconds: float = None, save_seconds: float = None):
         self.signals = tuple(signals)
-        self.check_every = max(1, int(check_every))
+        if check_every is None and os.environ.get("PTRAIN_PREEMPT_CHECK_EVERY"):
+            check_every = int(os.environ["PTRAIN_PREEMPT_CHECK_EVERY"])
+        self.check_every = None if check_every is None else max(1, int(check_every))
         self.stall_seconds = stall_seconds if stall_seconds is not None else \
             _env_seconds("PTRAIN_PREEMPT_STALL_SECONDS", 15.0)
         self.save_seconds = save_seconds if save_seconds is not None else \
@@ -97,6 +106,7 @@ class Preemption(Callback):
         self._store = None
         self._prefix = None
         self._trainer = None
+        self._every = 1
         self._deadline = None
         self._finished = threading.Event()
         self._watching = False
@@ -142,6 +152,7 @@ class Preemption(Callback):
         _FITS[0] += 1
         self._prefix = f"ptrain/preempt/{_FITS[0]}/"
         self._trainer = trainer
+        self._every = self.check_every or max(1, int(trainer.args.logging_steps or 1))
         self._startup_was = process.startup_handlers_active(False)
         if "PADDLE_TRAINER_ID" in os.environ:  # under paddle's launcher (also without ptrain): die with it
             process.die_with_parent(signal.SIGTERM)
@@ -204,7 +215,7 @@ class Preemption(Callback):
         store = self._get_store()
         if store is None:
             return 0
-        step, k = trainer.state.global_step, self.check_every
+        step, k = trainer.state.global_step, self._every
         if self.signum and not self._proposed:
             self._proposed = True
             index = store.add(self._prefix + "count", 1)
