@@ -1,93 +1,192 @@
 """Preemption: on SIGTERM or SIGINT, every rank finishes the same step, a
-checkpoint is saved, and the run ends with status ``preempted``.
+checkpoint is saved, and the run ends with status ``preempted`` (exit 143 /
+130, see docs/how-to/preemption.md and docs/reference/exit-codes.md).
 
 Events: ``on_fit_begin`` (install signal handlers; main thread only),
 ``on_step_end`` (agree across ranks, then ask for a save and a stop),
-``on_eval_step_end`` (note a signal during a long evaluation: the run stops
-at the step boundary right after it), ``on_fit_end`` (restore handlers).
-Options: ``signals`` (default SIGTERM, SIGINT), ``check_every`` (steps between
-agreements in multi-process runs, default 1). State saved: none.
+``on_eval_step_end`` / ``on_save_begin`` / ``on_save_end`` (progress marks:
+a long evaluation or save is not a stall), ``on_fit_end`` (wait until every
+rank is done, restore handlers). Options: ``signals`` (default SIGTERM,
+SIGINT), ``check_every`` (steps between agreement checks, default
+``logging_steps``),
+``stall_seconds`` and ``save_seconds`` (the time bounds below; defaults from
+``PTRAIN_PREEMPT_STALL_SECONDS`` / ``PTRAIN_PREEMPT_SAVE_SECONDS``, else 15 and
+300). State saved: none.
 
-A signal only sets a flag. A single process checks it at every step end (no
-cost). With several processes the ranks must stop at the same step, so every
-``check_every`` steps each rank starts a one-element all-reduce (max) of its
-flag and reads the one it started ``check_every`` steps earlier: all ranks
-read the same value at the same step, and the host never waits for the step
-it just queued (on GPUs the read waits only for work queued one interval ago).
-A second signal exits at once (exit code 128 + signal number); checkpoint
-files are written under temporary names and ``latest`` moves last, so no
-half-written checkpoint is left in place. ``ptrain`` exits with 128 + the
-signal number (143 for SIGTERM, 130 for SIGINT) after a preempted run.
+Which signals count. The first SIGTERM or SIGINT starts a graceful stop. A
+later SIGTERM is never "exit now": paddle's launcher sends SIGTERM to each
+worker up to 3 times 0.2 s apart, and again when another rank has exited
+first; a cluster that signals every process of a job makes the worker see its
+own SIGTERM and the launcher's. Only a later SIGINT (a second Ctrl-C, or
+``ptrain`` forwarding one) exits at once with 130; files are written under
+temporary names and ``latest`` moves last, so no half-written checkpoint is
+left in place.
+
+Agreement without a device sync. One process checks its flag at every step
+end (no cost). With several processes the ranks must stop at the same step;
+they agree through the TCPStore that ``init_parallel_env`` created (a host
+channel: no tensor, no device sync). A rank that received the signal at the
+end of step ``s`` proposes to stop at the next multiple of the check interval
+after ``s`` (3 store round trips, once); the first proposal wins; every rank
+reads it with one store round trip (``add(key, 0)``) at each multiple of the
+interval. No rank can have finished that step yet (it needs the proposer's
+gradients), so all stop at the same step, 1 to ``interval`` steps after the
+signal. The interval is ``check_every`` (``PTRAIN_PREEMPT_CHECK_EVERY``), by
+default ``logging_steps``: paddle 3.3.1's store client takes about 45 ms per
+round trip (measured here), too slow for every step, so the check rides on the
+logging steps, where the ranks meet anyway. Lower it when ``logging_steps`` x
+step time comes near your cluster's grace period.
+
+Time bounds. While the main thread makes progress (steps, evaluation
+batches, saves) the stop waits for the agreed step. If nothing progresses for
+``stall_seconds`` after the signal (a ``__getitem__`` that blocks, a rank
+stuck in a collective, a rendezvous that never completes), a watcher thread
+ends the process with 128 + signal: a single process waiting for data first
+saves its last finished step from that thread (its state is exactly that
+step's). A signal before the first step of this ``fit()`` ends the process
+within 3 s (nothing to save). After the agreement, the save and the wait
+below have ``save_seconds`` until ``fit()`` returns: all ranks wait for each
+other (store barrier) so that no rank exits while rank 0 still writes:
+paddle's launcher kills the remaining ranks 3 s after the first one exits.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
+import sys
 import threading
+import time
+from typing import Optional
 
-import paddle
+from trainer import process
 
 from .base import Callback
 
 logger = logging.getLogger("callbacks.preemption")
+_FITS = [0]  # fit() calls in this process: a fresh store namespace for each
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
 
 
 class Preemption(Callback):
     order = 5
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), check_every: int = 1):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), check_every: Optional[int] = None,
+                 stall_seconds: float = None, save_seconds: float = None):
         self.signals = tuple(signals)
-        self.check_every = max(1, int(check_every))
+        if check_every is None and os.environ.get("PTRAIN_PREEMPT_CHECK_EVERY"):
+            check_every = int(os.environ["PTRAIN_PREEMPT_CHECK_EVERY"])
+        self.check_every = None if check_every is None else max(1, int(check_every))
+        self.stall_seconds = stall_seconds if stall_seconds is not None else \
+            _env_seconds("PTRAIN_PREEMPT_STALL_SECONDS", 15.0)
+        self.save_seconds = save_seconds if save_seconds is not None else \
+            _env_seconds("PTRAIN_PREEMPT_SAVE_SECONDS", 300.0)
         self.signum = None          # the signal received on this rank
         self.agreed_signum = None   # the signal all ranks agreed to act on
         self._previous = {}
-        self._pending = None
+        self._reset()
+
+    def _reset(self):
+        self.signum = self.agreed_signum = None
+        self._signal_time = self._agreed_time = None
+        self._progress = time.monotonic()
+        self._steps_done = 0
+        self._saving = False
         self._noted = False
+        self._proposed = False
+        self._stop_at = None
+        self._store = None
+        self._prefix = None
+        self._trainer = None
+        self._every = 1
+        self._deadline = None
+        self._finished = threading.Event()
+        self._watching = False
+        self._lock = threading.Lock()
+        self._seen = {"handler": 0, "watcher": 0}
+        self._acted = 0
 
     # ---- signals ---------------------------------------------------------------
     def _handle(self, signum, frame):
-        if self.signum is not None:  # second signal: leave now
-            os._exit(128 + signum)
-        self.signum = signum
-        logger.warning("received %s: finishing this step, saving a checkpoint, then stopping "
-                       "(send it again to exit at once)", signal.Signals(signum).name)
+        """Python-level handler (main thread, at the next bytecode after the signal)."""
+        self._note(signum, "handler")
+        if self._steps_done == 0 and not self._finished.is_set():
+            raise SystemExit(128 + signum)  # before the first step: nothing to save
+
+    def _from_watcher(self, signum: int) -> None:
+        """The watcher thread: sees each delivery even when the main thread is stuck in C++."""
+        self._note(signum, "watcher")
+
+    def _note(self, signum: int, source: str) -> None:
+        # both the handler and the watcher report every delivery (the handler may merge two
+        # pending ones): act once per delivery, whichever reports it first
+        with self._lock:
+            self._seen[source] += 1
+            count = max(self._seen.values())
+            if count <= self._acted:
+                return
+            self._acted = count
+        if self._finished.is_set() and self.agreed_signum is None:
+            return
+        if self.signum is None:
+            self.signum, self._signal_time = signum, time.monotonic()
+            logger.warning("received %s: finishing this step, saving a checkpoint, then stopping "
+                           "(Ctrl-C again to exit at once)", signal.Signals(signum).name)
+            self._start_deadline()
+        elif signum == signal.SIGINT:
+            process.exit_now(128 + signum, "ptrain: second interrupt: exiting at once without a new checkpoint "
+                                           "(checkpoints/latest names the last complete one)")
+        else:
+            logger.info("%s again: ignored (already stopping)", signal.Signals(signum).name)
 
     def on_fit_begin(self, trainer):
-        self.signum = self.agreed_signum = self._pending = None
-        self._noted = False
+        self._reset()
+        _FITS[0] += 1
+        self._prefix = f"ptrain/preempt/{_FITS[0]}/"
+        self._trainer = trainer
+        self._every = self.check_every or max(1, int(trainer.args.logging_steps or 1))
+        self._startup_was = process.startup_handlers_active(False)
+        if "PADDLE_TRAINER_ID" in os.environ:  # under paddle's launcher (also without ptrain): die with it
+            process.die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
+                # SA_RESTART: paddle's C++ (TCPStore, gloo) fails on EINTR instead of retrying
+                signal.siginterrupt(sig, False)
+            self._watching = process.WATCHER.start()
+            if self._watching:
+                process.WATCHER.subscribe(self._from_watcher)
 
     def on_fit_end(self, trainer):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
         if self.agreed_signum is not None and trainer.state.status != "failed":
             trainer.state.status = "preempted"
+            self._wait_for_all_ranks(trainer)
+        self._finished.set()  # the deadline thread ends: what follows fit() is the caller's
+        process.WATCHER.unsubscribe(self._from_watcher)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+            signal.siginterrupt(sig, False)
+        self._previous.clear()
+        process.startup_handlers_active(self._startup_was)
 
-    # ---- agreement ---------------------------------------------------------------
-    def _agreed(self, trainer) -> int:
-        local = self.signum or 0
-        if trainer.world_size == 1:
-            return local
-        if trainer.state.global_step % self.check_every:
-            return 0
-        import paddle.distributed as dist
-
-        previous = self._pending
-        self._pending = paddle.to_tensor([local], dtype="int32")
-        dist.all_reduce(self._pending, op=dist.ReduceOp.MAX)
-        return int(previous.numpy()[0]) if previous is not None else 0
-
+    # ---- progress marks (the stall clock) ------------------------------------------
     def on_step_end(self, trainer):
+        self._progress = time.monotonic()
+        self._steps_done += 1
         if self.agreed_signum is not None:
             return
         agreed = self._agreed(trainer)
         if agreed:
             self.agreed_signum = agreed
+            self._agreed_time = time.monotonic()
             state = trainer.state
             state.should_stop = True
             state.should_save = trainer.args.save_strategy != "no"
@@ -97,10 +196,131 @@ class Preemption(Callback):
                                state.global_step)
 
     def on_eval_step_end(self, trainer):
+        self._progress = time.monotonic()
         if self.signum is not None and not self._noted:
             self._noted = True
             logger.warning("signal received during evaluation: the run stops at the next step boundary")
 
+    def on_save_begin(self, trainer):
+        self._saving = True
+
+    def on_save_end(self, trainer):
+        self._saving = False
+        self._progress = time.monotonic()
+
+    # ---- agreement -----------------------------------------------------------------
+    def _agreed(self, trainer) -> int:
+        if trainer.world_size == 1:
+            return self.signum or 0
+        store = self._get_store()
+        if store is None:
+            return 0
+        step, k = trainer.state.global_step, self._every
+        if self.signum and not self._proposed:
+            self._proposed = True
+            index = store.add(self._prefix + "count", 1)
+            store.set(self._prefix + f"stop/{index}", f"{(step // k + 1) * k}:{self.signum}")
+            store.add(self._prefix + "ready", 1)
+        if step % k:
+            return 0
+        if self._stop_at is None:
+            if store.add(self._prefix + "ready", 0) == 0:  # one round trip, nothing proposed yet
+                return 0
+            stop_at, signum = bytes(store.get(self._prefix + "stop/1")).decode().split(":")
+            self._stop_at = (int(stop_at), int(signum))
+        stop_at, signum = self._stop_at
+        return signum if step >= stop_at else 0
+
+    def _get_store(self):
+        if self._store is None:
+            import paddle.distributed as dist
+
+            if not dist.is_initialized():
+                return None
+            from paddle.base import core
+
+            self._store = core.create_or_get_global_tcp_store()  # the one init_parallel_env made
+        return self._store
+
+    def _wait_for_all_ranks(self, trainer) -> None:
+        """Store barrier: every rank has finished the agreed step and rank 0 has written the
+        checkpoint (fit() waits for the writer before on_fit_end)."""
+        if trainer.world_size == 1 or self._get_store() is None:
+            return
+        key = self._prefix + "done"
+        deadline = time.monotonic() + self.save_seconds
+        try:
+            self._store.add(key, 1)
+            while self._store.add(key, 0) < trainer.world_size and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except Exception as exc:  # noqa: BLE001 - a peer that already left closes the store
+            logger.info("preemption barrier ended early: %s", exc)
+
+    # ---- the deadline thread ----------------------------------------------------------
+    def _start_deadline(self) -> None:
+        if self._deadline is None:
+            self._deadline = threading.Thread(target=self._watch_deadline, name="ptrain-preempt-deadline",
+                                              daemon=True)
+            self._deadline.start()
+
+    def _watch_deadline(self) -> None:
+        while not self._finished.wait(0.2):
+            now, signum = time.monotonic(), self.signum
+            name = signal.Signals(signum).name
+            if self._agreed_time is not None:
+                if now - self._agreed_time > self.save_seconds:
+                    process.exit_now(128 + signum, f"ptrain: the preempted run did not finish its save and exit "
+                                                   f"within {self.save_seconds:.0f} s: exiting {128 + signum}")
+                continue
+            if self._steps_done == 0 and now - self._signal_time > process.STARTUP_EXIT_SECONDS:
+                process.exit_now(128 + signum, f"ptrain: {name} before the first step: exiting {128 + signum} "
+                                               "(nothing trained in this run yet)")
+            if self._saving or now - max(self._progress, self._signal_time) <= self.stall_seconds:
+                continue
+            self._stuck(signum, now - max(self._progress, self._signal_time))
+
+    def _stuck(self, signum: int, idle: float) -> None:
+        trainer, name = self._trainer, signal.Signals(signum).name
+        where = "waiting for data" if _main_thread_in("_next_batch") else "inside a step (collective or compute)"
+        sys.stderr.write(f"ptrain: rank {trainer.rank}: {name} {idle:.0f} s ago and no progress since: the main "
+                         f"thread is {where}; stacks:\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        saved = ""
+        if trainer.world_size == 1 and where == "waiting for data":
+            saved = self._save_from_here(trainer)
+        process.exit_now(128 + signum, f"ptrain: exiting {128 + signum} after {name}: {saved or 'no new checkpoint'}"
+                                       f" (checkpoints/latest names the last complete one)")
+
+    def _save_from_here(self, trainer) -> str:
+        """Write the last finished step from this thread: the main thread is blocked in the
+        data pipeline, between steps, so model, optimizer and state are that step's."""
+        from trainer import checkpoint_io as ckpt
+
+        if trainer.args.save_strategy == "no":
+            return ""
+        try:
+            trainer.wait_for_checkpoint()
+            root = ckpt.checkpoints_dir(trainer.args.output_dir)
+            final = os.path.join(root, f"step-{trainer.state.global_step}")
+            if os.path.isdir(final):
+                return f"step {trainer.state.global_step} was already saved"
+            trainer.state.status = "preempted"
+            snap = ckpt.snapshot(trainer)
+            ckpt.remove_stale_temporaries(root)
+            ckpt.write_snapshot(snap, final, root)
+            return f"saved the last finished step {trainer.state.global_step}"
+        except Exception as exc:  # noqa: BLE001 - leaving is the point; say why nothing was saved
+            return f"the save of step {trainer.state.global_step} failed ({exc})"
+
     @property
     def exit_code(self) -> int:
         return 128 + self.agreed_signum if self.agreed_signum else 0
+
+
+def _main_thread_in(function_name: str) -> bool:
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_name == function_name:
+            return True
+        frame = frame.f_back
+    return False

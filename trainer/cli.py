@@ -100,6 +100,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*ccache.*")  # paddle's import-time notice, noise for users
+    from .process import install_startup_handlers
+
+    install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     ns, extra = parser.parse_known_args(argv)

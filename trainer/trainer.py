@@ -37,7 +37,7 @@ from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import EvalPrediction, PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
-                   dataset_length, make_loader)
+                   close_iterator, dataset_length, make_loader)
 from .errors import ConfigError, DataError, TrainingError
 from .events import Event
 from .launch import resume_after_restart
@@ -362,7 +362,11 @@ class Trainer(PaddleNLPAPI):
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
-            self._train_epoch(_iterate(loader))
+            batches = _iterate(loader)
+            try:
+                self._train_epoch(batches)
+            finally:
+                close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
                 state.epoch = epoch + 1
                 state.step_in_epoch = 0

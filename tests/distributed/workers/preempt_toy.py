@@ -46,7 +46,10 @@ def main(out, max_steps, resume):
     state = trainer.fit(resume_from_checkpoint="auto" if resume else None)
     np.savez(os.path.join(out, f"final-rank{dist.get_rank()}-{state.status}.npz"),
              **{k: v.numpy() for k, v in model.state_dict().items()}, step=state.global_step)
-    sys.exit(trainer.callbacks.get(Preemption).exit_code)
+    code = trainer.callbacks.get(Preemption).exit_code
+    with open(os.path.join(out, f"code-rank{dist.get_rank()}"), "w") as f:
+        f.write(str(code))
+    sys.exit(code)
 
 
 if __name__ == "__main__":

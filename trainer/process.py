@@ -1,0 +1,195 @@
+"""Process lifetime: processes that die with their parent, and prompt exits on signals.
+
+Every process a job starts must end when the job ends, whichever process is
+signalled or killed first (docs/how-to/preemption.md):
+
+- :func:`die_with_parent` asks the Linux kernel to send a signal to this
+  process when its parent dies (``prctl(PR_SET_PDEATHSIG)``), and covers the
+  race where the parent died before the call. The training processes get
+  SIGTERM (they save and exit 143, see ``callbacks.preemption``), DataLoader
+  workers SIGKILL (they hold nothing worth saving). Other systems: no-op,
+  returns False.
+- :func:`dataloader_worker_init` is the ``worker_init_fn`` of every DataLoader
+  the trainer builds: the worker ignores SIGTERM and SIGINT (a signal to the
+  whole process group must not kill it under the training process, which
+  would then fail with "DataLoader worker exited unexpectedly" in the middle
+  of a save) and dies with its parent.
+- :func:`install_startup_handlers` makes SIGTERM and SIGINT end a process
+  that has not started training yet at once with 128 + the signal number
+  (143, 130): there is nothing to save before ``fit()``. A watcher thread
+  fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
+  in C++ code that never returns to Python (e.g. a rendezvous).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+logger = logging.getLogger("trainer.process")
+
+PR_SET_PDEATHSIG = 1
+STARTUP_EXIT_SECONDS = 3.0  # a signal during start-up ends the process within this, whatever it is doing
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)``: the kernel sends ``sig`` to this process when the
+    thread that created it exits. Survives ``exec``. False where unsupported (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent_pid: Optional[int] = None) -> bool:
+    """Have ``sig`` delivered to this process when its parent dies.
+
+    ``parent_pid`` is the parent seen when this process started (read it as
+    early as possible); if the parent is already gone (this process was
+    re-parented in between), ``sig`` is delivered now. Returns whether the
+    kernel took the request.
+    """
+    parent = os.getppid() if parent_pid is None else parent_pid
+    ok = set_parent_death_signal(sig)
+    if ok and os.getppid() != parent:  # the parent died before prctl: the kernel will never send it
+        os.kill(os.getpid(), sig)
+    return ok
+
+
+def dataloader_worker_init(worker_id: int, parent_pid: Optional[int] = None) -> None:
+    """``worker_init_fn`` for DataLoader workers: ignore SIGTERM/SIGINT (the training process
+    shuts its workers down), die with the training process (SIGKILL). ``parent_pid`` is the
+    training process (bind it with ``functools.partial`` where the loader is made): a worker
+    whose parent is already another process exits at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if set_parent_death_signal(signal.SIGKILL) and parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(0)  # the training process died before prctl: the kernel will never send it
+
+
+class _SignalWatcher:
+    """One daemon thread woken by ``signal.set_wakeup_fd``: it sees every SIGTERM/SIGINT
+    the moment the kernel delivers it, even while the main thread is blocked in C++
+    code where Python signal handlers cannot run. It calls ``on_signal(signum)``."""
+
+    def __init__(self):
+        self._read_fd = None
+        self._callbacks = []
+        self._lock = threading.Lock()
+
+    def start(self) -> bool:
+        if self._read_fd is not None:
+            return True
+        if threading.current_thread() is not threading.main_thread() or os.name != "posix":
+            return False
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return False
+        self._read_fd = r
+        threading.Thread(target=self._run, name="ptrain-signal-watch", daemon=True).start()
+        return True
+
+    def subscribe(self, fn: Callable[[int], None]) -> None:
+        with self._lock:
+            if fn not in self._callbacks:
+                self._callbacks.append(fn)
+
+    def unsubscribe(self, fn: Callable[[int], None]) -> None:
+        with self._lock:
+            if fn in self._callbacks:
+                self._callbacks.remove(fn)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read_fd, 64)
+            except OSError:
+                return
+            for signum in data:
+                if signum not in (signal.SIGTERM, signal.SIGINT):
+                    continue
+                with self._lock:
+                    callbacks = list(self._callbacks)
+                for fn in callbacks:
+                    try:
+                        fn(signum)
+                    except Exception:  # noqa: BLE001 - a watcher must outlive a bad callback
+                        logger.exception("signal watcher callback failed")
+
+
+WATCHER = _SignalWatcher()
+
+
+def exit_now(code: int, message: str = "") -> None:
+    """Flush what can be flushed and leave without running Python's teardown (any thread)."""
+    if message:
+        try:
+            sys.stderr.write(message.rstrip("\n") + "\n")
+        except Exception:  # noqa: BLE001
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
+
+
+class _Startup:
+    """SIGTERM/SIGINT before training: exit 128 + signum at once (main thread), or after
+    ``STARTUP_EXIT_SECONDS`` from the watcher thread if the main thread is stuck in C++."""
+
+    def __init__(self):
+        self.active = False
+
+    def handler(self, signum, frame):
+        if self.active:
+            raise SystemExit(128 + signum)
+
+    def watch(self, signum: int) -> None:
+        if not self.active:
+            return
+
+        def later():
+            time.sleep(STARTUP_EXIT_SECONDS)
+            if self.active:
+                exit_now(128 + signum, f"ptrain: {signal.Signals(signum).name} outside training: exiting "
+                                       f"{128 + signum} (no step in progress, nothing to save)")
+
+        threading.Thread(target=later, daemon=True).start()
+
+
+_STARTUP = _Startup()
+
+
+def install_startup_handlers() -> None:
+    """SIGTERM and SIGINT end this process with 143 / 130 until training starts
+    (``fit()`` installs its own handlers, then restores these)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _STARTUP.active = True
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _STARTUP.handler)
+        signal.siginterrupt(sig, False)  # SA_RESTART: paddle's C++ fails on EINTR instead of retrying
+    if WATCHER.start():
+        WATCHER.subscribe(_STARTUP.watch)
+
+
+def startup_handlers_active(active: bool) -> bool:
+    """Switch the start-up exit off (``fit()`` owns the signals) or back on; returns the previous setting."""
+    previous, _STARTUP.active = _STARTUP.active, active
+    return previous
