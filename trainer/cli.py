@@ -11,6 +11,7 @@
     ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
     ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
+    ptrain visualdl --logdir runs/digits-demo          # the curves in VisualDL (any visualdl option)
 
 Any ``--field value`` after the task name overrides a TrainingArguments field
 or a task option; recipes are YAML (see trainer/task.py). Errors print one
@@ -22,10 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from typing import List, Optional
 
@@ -37,7 +38,23 @@ LAUNCH_FLAGS = ("--nproc", "--gpus", "--ips", "--nnodes", "--master", "--rank", 
 NO_RESTART = (0, 2, 3, 5, 130, 143)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _predict_inputs_help() -> str:
+    """What each installed task's predict takes (its docstring), for ``ptrain predict --help``."""
+    from .task import available_tasks, get_task
+
+    lines = ["What each task expects (its preprocessing):"]
+    for name in sorted(available_tasks()):
+        try:
+            task = get_task(name)
+        except Exception as exc:  # noqa: BLE001 - help must print even if a task fails to load
+            lines.append(f"  {name}: cannot be loaded ({type(exc).__name__}: {exc})")
+            continue
+        doc = " ".join((task.predict.__doc__ or "").replace("``", "").split()) if task.predict else "no predict"
+        lines += textwrap.wrap(f"{name}: {doc}", width=100, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+def _parser(predict_help: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
@@ -64,13 +81,20 @@ def _parser() -> argparse.ArgumentParser:
                           "checkpoint (runs through paddle.distributed.launch)")
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    run.add_argument("--verbose", action="store_true", help="show everything the quiet console hides: INFO of "
+                     "libraries, DEBUG lines, every warning, paddle's C++ log lines (see trainer/console.py)")
     pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
                           description="Classify INPUTs (texts or file paths, as the task takes) with an exported "
-                                      "inference model (OUTPUT_DIR/inference of a finished run).")
+                                      "inference model (OUTPUT_DIR/inference of a finished run). Inputs must look "
+                                      "like the training data: see below.",
+                          epilog=_predict_inputs_help() if predict_help else None,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     pred.add_argument("task", help="task name (see ptrain list)")
     pred.add_argument("inputs", nargs="+", help="inputs: texts or file paths, as the task takes")
     pred.add_argument("--model", required=True, help="directory of the exported inference model")
     pred.add_argument("--debug", action="store_true")
+    sub.add_parser("visualdl", add_help=False, help="serve a run's curves: visualdl --logdir OUTPUT_DIR [its options], "
+                   "answering requests without Accept-Language too (see trainer/visualdl_serve.py)")
     ins = sub.add_parser("inspect", help="what a checkpoint holds, or the checkpoints of a run directory",
                          description="PATH a checkpoint directory (or checkpoints/latest): step, epoch, metrics, "
                                      "world size, sizes, and whether every file matches the manifest. PATH a run's "
@@ -91,16 +115,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*ccache.*")  # paddle's import-time notice, noise for users
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    parser = _parser(predict_help=argv[:1] == ["predict"] and ("-h" in argv or "--help" in argv))
     ns, extra = parser.parse_known_args(argv)
+    from .console import configure  # before paddle loads: the quiet console (--verbose: everything)
+
+    configure(verbose=getattr(ns, "verbose", False), main_process=os.environ.get("PADDLE_TRAINER_ID", "0") == "0")
     debug = getattr(ns, "debug", False)
     try:
         if ns.command == "list":
             return _cmd_list()
+        if ns.command == "visualdl":
+            from .visualdl_serve import main as visualdl_main
+
+            return visualdl_main(extra)
         if ns.command == "inspect":
             return _cmd_inspect(ns.checkpoint)
         if ns.command == "verify-resume":
@@ -291,8 +319,6 @@ def _run_here(task, options, args, dry_run: bool) -> int:
     from . import distributed as dist
     from .trainer import Trainer
 
-    logging.basicConfig(level=logging.INFO if dist.is_main_process() else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run = task.build(options, args)
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
