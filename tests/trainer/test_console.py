@@ -71,6 +71,7 @@ def restore_logging(monkeypatch):
 def test_log_lines_go_through_the_bar_and_noise_is_dropped(restore_logging):
     from tqdm import tqdm
 
+    warnings.simplefilter("always")  # under pytest's own "ignore::UserWarning"; configure() puts its filters first
     console.configure(verbose=False)
     assert os.environ["GLOG_minloglevel"] == "2" and os.environ["PADDLE_LOG_LEVEL"] == "WARNING"
     stream = io.StringIO()
