@@ -88,7 +88,8 @@ def child_environment(verbose: bool) -> None:
         return
     os.environ.setdefault("GLOG_minloglevel", "2")     # glog: ERROR and FATAL only (read when paddle loads)
     os.environ.setdefault("PADDLE_LOG_LEVEL", "WARNING")  # paddle.distributed.launch: no configuration dump
-    quiet = ",".join(f"ignore:{start}" for start, _ in NOISE)  # the launcher process imports paddle too
+    # the launcher process imports paddle too; PYTHONWARNINGS is comma-separated: each start up to its first comma
+    quiet = ",".join(f"ignore:{start.split(',')[0]}" for start, _ in NOISE)
     current = os.environ.get("PYTHONWARNINGS")
     os.environ["PYTHONWARNINGS"] = f"{current},{quiet}" if current else quiet
 
