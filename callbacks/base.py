@@ -18,17 +18,27 @@ given in)::
     ...         self.steps = state["steps"]
     >>> CountSteps().state_key
     'CountSteps'
+
+A method named ``on_*`` that is no event (``on_step_ends``) would never be
+called: adding such a callback logs a warning (logger ``callbacks``) naming the
+method and the closest event (see :func:`unknown_hooks`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import logging
 import time
 from collections import defaultdict
 from typing import Any, Iterable, List, Optional
 
 from trainer.errors import CallbackError, ConfigError, TrainerError
 from trainer.events import Event
+
+logger = logging.getLogger("callbacks")
+
+EVENT_METHODS = tuple(event.method for event in Event)
 
 
 class Callback:
@@ -86,6 +96,24 @@ class Callback:
         return f"{type(self).__name__}(order={self.order})"
 
 
+def unknown_hooks(callback: Callback) -> List[str]:
+    """``on_*`` methods of ``callback``'s class that are no event, each with a hint.
+
+    >>> class Typo(Callback):
+    ...     def on_step_ends(self, trainer): ...
+    >>> unknown_hooks(Typo())
+    ["on_step_ends is not an event and will never be called (did you mean 'on_step_end'?)"]
+    """
+    out = []
+    for name in sorted(dir(type(callback))):
+        if not name.startswith("on_") or name in EVENT_METHODS or not callable(getattr(type(callback), name, None)):
+            continue
+        close = difflib.get_close_matches(name, EVENT_METHODS, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else f": events are {', '.join(EVENT_METHODS)}"
+        out.append(f"{name} is not an event and will never be called{hint}")
+    return out
+
+
 def _overrides(callback: Callback, method: str) -> bool:
     return getattr(type(callback), method, None) is not getattr(Callback, method)
 
@@ -115,6 +143,8 @@ class CallbackList:
         key = callback.state_key
         if any(cb.state_key == key for cb in self._callbacks):
             raise ConfigError(f"two callbacks share the state_key {key!r}: remove one, or give each a distinct state_key")
+        for problem in unknown_hooks(callback):
+            logger.warning("callback %s: %s", type(callback).__name__, problem)
         self._callbacks.append(callback)
         if _rebuild:
             self._rebuild()

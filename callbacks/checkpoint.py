@@ -97,7 +97,7 @@ class Checkpoint(Callback):
                 shutil.rmtree(trash, ignore_errors=True)
                 deleted.append(name)
         if deleted:
-            logger.info("removed old checkpoints: %s", ", ".join(deleted))
+            logger.debug("removed old checkpoints: %s", ", ".join(deleted))  # --verbose shows it
         return deleted
 
     def state_dict(self):

@@ -14,8 +14,16 @@ Events:
   seconds of the steps since the previous record, pooled over all ranks) and,
   on the main process, the hardware figures averaged over the samples taken
   since the previous record. When the share of a full logging window (at least
-  ``logging_steps`` steps) is above ``wait_threshold``, warn once, on rank 0,
-  through ``logging.getLogger("callbacks.gpu_monitor")``.
+  ``logging_steps`` steps) is above ``wait_threshold`` *and* the mean wait per
+  measured step is at least ``min_wait`` seconds, warn once, on rank 0, through
+  ``logging.getLogger("callbacks.gpu_monitor")``. Both, because a share alone
+  misleads on tiny steps: in-memory 8x8 digits spend a third of a 1 ms step
+  collating the batch, which costs a second over a whole run and is no loading
+  problem that workers would fix. The wait per step is counted without the time
+  the machine was too busy to run the training thread (Linux: the run-queue
+  delay of ``/proc/thread-self/schedstat``, spread over the window): on a
+  machine shared with other jobs every wait stretches many times, and more
+  workers would only add to the crowd.
 - ``on_fit_end``: stop the thread and close the reader.
 
 Readers (anything with ``sample() -> dict`` and ``close()``):
@@ -34,8 +42,9 @@ summed across ranks at log time (one small all-reduce per record, on the
 logging step that already syncs), so all ranks agree on it.
 
 Options: ``interval`` (seconds between samples, default 1.0), ``wait_threshold``
-(stall share that triggers the warning, default 0.3), ``reader`` (a reader
-instance; default: chosen at fit start as above). State saved: none.
+(stall share that triggers the warning, default 0.3), ``min_wait`` (seconds of
+waiting per step below which no share is a stall, default 0.01), ``reader`` (a
+reader instance; default: chosen at fit start as above). State saved: none.
 
 Example (a reader is any object with ``sample()`` and ``close()``)::
 
@@ -54,7 +63,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable, Dict, Optional
+import time
+from typing import Callable, Dict, List, Optional
 
 from trainer.errors import ConfigError
 
@@ -158,6 +168,25 @@ class PsutilReader:
         pass
 
 
+def runqueue_seconds() -> Optional[float]:
+    """Seconds this thread has been runnable but waiting for a CPU (Linux schedstat), or None."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _busy_share(start) -> float:
+    """Share of the wall time since ``start`` (perf_counter, run-queue seconds) this thread waited for a CPU."""
+    wall0, queue0 = start
+    queue1 = runqueue_seconds()
+    wall = time.perf_counter() - wall0
+    if queue0 is None or queue1 is None or wall <= 0:
+        return 0.0
+    return min(max((queue1 - queue0) / wall, 0.0), 1.0)
+
+
 def default_reader(device: str = "gpu:0"):
     """NVML on ``device``'s card for a GPU run when it starts, else psutil (the reason is logged at INFO)."""
     if str(device).startswith("gpu"):
@@ -171,16 +200,19 @@ def default_reader(device: str = "gpu:0"):
 class GPUUtilizationMonitor(Callback):
     order = 90
 
-    def __init__(self, interval: float = 1.0, wait_threshold: float = 0.3, reader=None):
+    def __init__(self, interval: float = 1.0, wait_threshold: float = 0.3, reader=None, min_wait: float = 0.01):
         if not isinstance(interval, (int, float)) or interval <= 0:
             raise ConfigError(f"interval={interval!r} is not allowed: GPUUtilizationMonitor interval must be seconds > 0")
         if not isinstance(wait_threshold, (int, float)) or not 0 < wait_threshold <= 1:
             raise ConfigError(f"wait_threshold={wait_threshold!r} is not allowed: "
                               "GPUUtilizationMonitor wait_threshold must be a share in (0, 1]")
+        if not isinstance(min_wait, (int, float)) or min_wait < 0:
+            raise ConfigError(f"min_wait={min_wait!r} is not allowed: GPUUtilizationMonitor min_wait must be seconds >= 0")
         if reader is not None and not (callable(getattr(reader, "sample", None)) and callable(getattr(reader, "close", None))):
             raise ConfigError(f"reader={reader!r} is not allowed: a reader has sample() -> dict and close()")
         self.interval = float(interval)
         self.wait_threshold = float(wait_threshold)
+        self.min_wait = float(min_wait)
         self.reader = reader
         self.warned = False
         self.samples = 0                             # reader samples taken during the current fit()
@@ -230,6 +262,8 @@ class GPUUtilizationMonitor(Callback):
         self._wait = 0.0     # seconds waited for batches, measured steps of this window
         self._time = 0.0     # seconds of the measured steps
         self._steps = 0      # steps in this window, the unmeasured start-up step included
+        self._measured = 0   # steps whose wait and time were added
+        self._clock = (time.perf_counter(), runqueue_seconds())  # wall clock, run-queue delay at the window start
 
     # ---- events ------------------------------------------------------------------
     def on_fit_begin(self, trainer):
@@ -253,30 +287,34 @@ class GPUUtilizationMonitor(Callback):
             return
         self._wait += trainer.state.last_data_wait
         self._time += trainer.state.last_step_time
+        self._measured += 1
 
     def on_log(self, trainer):
         logs = trainer.state.logs
         if "loss" not in logs:  # evaluation records carry no step timings
             return
-        wait, time_, steps = self._wait, self._time, self._steps
+        wait, time_, steps, measured = self._wait, self._time, self._steps, self._measured
+        busy = _busy_share(self._clock)
         self._reset_window()
+        own_wait = wait * (1.0 - busy)  # waiting for data, not for a CPU
         if trainer.world_size > 1:  # every rank logs the same records, so every rank gets here
             from trainer.distributed import reduce_scalars
 
-            wait, time_ = reduce_scalars([wait, time_], op="sum")
+            wait, time_, measured, own_wait = reduce_scalars([wait, time_, measured, own_wait], op="sum")
         if time_ > 0:
             share = wait / time_
+            per_step = own_wait / max(measured, 1)
             self.last_share = share
             logs["data_wait_share"] = round(share, 4)
-            if (share > self.wait_threshold and steps >= trainer.args.logging_steps
+            if (share > self.wait_threshold and per_step >= self.min_wait and steps >= trainer.args.logging_steps
                     and not self.warned and trainer.is_main_process):
                 self.warned = True
                 logger.warning(
                     "data loading stall: %.0f%% of step time over the last %d steps (up to step %d) was spent "
-                    "waiting for the next batch (threshold %.0f%%); raise dataloader_num_workers (now %d) "
-                    "or make the dataset's __getitem__ cheaper",
-                    100 * share, steps, trainer.state.global_step, 100 * self.wait_threshold,
-                    trainer.args.dataloader_num_workers)
+                    "waiting for the next batch, %.1f ms a step (threshold %.0f%% and %.0f ms); raise "
+                    "dataloader_num_workers (now %d) or make the dataset's __getitem__ cheaper",
+                    100 * share, steps, trainer.state.global_step, 1e3 * per_step, 100 * self.wait_threshold,
+                    1e3 * self.min_wait, trainer.args.dataloader_num_workers)
         if self._thread is not None:
             logs.update(self.figures())
 

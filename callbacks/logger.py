@@ -20,7 +20,9 @@ Options:
 - ``report_to``: any of ``tqdm`` (progress bar: step/total, loss, lr, samples/s,
   ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
   ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
-  ``visualdl --logdir OUTPUT_DIR``), ``png`` (``output_dir/curves.png``: loss and
+  ``ptrain visualdl --logdir OUTPUT_DIR``, VisualDL's server that also answers
+  clients sending no Accept-Language, see ``trainer/visualdl_serve.py``), ``png``
+  (``output_dir/curves.png``: loss and
   evaluation metrics against the step, drawn at the end of ``fit()``).
   Default: ``args.report_to``; ``args.disable_tqdm`` drops the bar.
 - ``print_logs``: also print each record as one line (default: only when there

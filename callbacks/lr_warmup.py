@@ -117,7 +117,7 @@ class LRWarmup(Callback):
     def _report(self, trainer, warmup: int, scale: float) -> None:
         s = trainer.state
         rule = f", x{scale:g} by the linear scaling rule (global batch {s.global_batch_size})" if scale != 1.0 else ""
-        logger.info("LRWarmup: %d warmup steps on %s%s", warmup, self.applied_to, rule)
+        logger.debug("LRWarmup: %d warmup steps on %s%s", warmup, self.applied_to, rule)
         if warmup >= s.max_steps:
             logger.warning("LRWarmup: warmup_steps=%d >= the run's %d optimizer steps: the LR never reaches its peak; "
                            "lower warmup_steps or warmup_ratio", warmup, s.max_steps)

@@ -87,7 +87,7 @@ class TrainingArguments:
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
     save_strategy: str = field(default="steps", metadata={"help": "when to save a checkpoint: " + " | ".join(STRATEGIES)})
     save_steps: int = field(default=500, metadata={"help": "save every N steps (with save_strategy=steps)"})
-    save_total_limit: Optional[int] = field(default=None, metadata={"help": "keep at most this many recent checkpoints; None = all"})
+    save_total_limit: Optional[int] = field(default=3, metadata={"help": "keep the newest N complete checkpoints, plus the best by metric_for_best_model; None = keep all. Disk: up to N+1 checkpoints of about 12 bytes per parameter each with adamw (weights + 2 moments; 8 with momentum, 4 with sgd)"})
     metric_for_best_model: Optional[str] = field(default=None, metadata={"help": "evaluation metric that ranks checkpoints, e.g. eval_accuracy"})
     greater_is_better: Optional[bool] = field(default=None, metadata={"help": "whether a larger metric_for_best_model is better (default: not for *loss)"})
     load_best_model_at_end: bool = field(default=False, metadata={"help": "after training, load the weights of the best checkpoint by metric_for_best_model (default eval_loss) into the model"})
@@ -106,6 +106,12 @@ class TrainingArguments:
     do_eval: bool = field(default=False, metadata={"help": "for scripts: run evaluation"})
     do_predict: bool = field(default=False, metadata={"help": "for scripts: run prediction"})
     do_export: bool = field(default=False, metadata={"help": "for scripts: export an inference model"})
+
+    def __new__(cls, *args, **kwargs):
+        # runs before the dataclass __init__: an unknown keyword is the CLI's "did you mean" ConfigError,
+        # not a bare TypeError
+        cls.check_keys(kwargs, source=f"{cls.__name__}(...)")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         from .args_aliases import normalize_aliases_before, normalize_aliases_after

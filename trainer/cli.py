@@ -14,6 +14,7 @@
     ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
     ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
+    ptrain visualdl --logdir runs/digits-demo          # the curves in VisualDL (any visualdl option)
 
 Launcher flags (run and launch): --nproc, --gpus, --ips, --nnodes N|MIN:MAX,
 --master IP:PORT|etcd://HOST:PORT, --rank, --job_id, --max_restarts,
@@ -31,9 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
+import textwrap
 import time
 from typing import List, Optional
 
@@ -41,7 +42,23 @@ from .errors import ConfigError, TrainerError
 from .launch import add_launch_flags, check_launch_flags, launch_with_restarts, run_target, wants_launch
 
 
-def _parser() -> argparse.ArgumentParser:
+def _predict_inputs_help() -> str:
+    """What each installed task's predict takes (its docstring), for ``ptrain predict --help``."""
+    from .task import available_tasks, get_task
+
+    lines = ["What each task expects (its preprocessing):"]
+    for name in sorted(available_tasks()):
+        try:
+            task = get_task(name)
+        except Exception as exc:  # noqa: BLE001 - help must print even if a task fails to load
+            lines.append(f"  {name}: cannot be loaded ({type(exc).__name__}: {exc})")
+            continue
+        doc = " ".join((task.predict.__doc__ or "").replace("``", "").split()) if task.predict else "no predict"
+        lines += textwrap.wrap(f"{name}: {doc}", width=100, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+def _parser(predict_help: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
@@ -60,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     add_launch_flags(run)
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    run.add_argument("--verbose", action="store_true", help="show everything the quiet console hides: INFO of "
+                     "libraries, DEBUG lines, every warning, paddle's C++ log lines (see trainer/console.py)")
     lch = sub.add_parser("launch", help="run your own training script on paddle.distributed.launch, with restarts",
                          description="Run SCRIPT with ARGS on every process through paddle.distributed.launch, with "
                                      "the launcher flags of ptrain run. With --max_restarts N a failed run is started "
@@ -72,11 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     lch.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     pred = sub.add_parser("predict", help="run an exported inference model of TASK on inputs",
                           description="Classify INPUTs (texts or file paths, as the task takes) with an exported "
-                                      "inference model (OUTPUT_DIR/inference of a finished run).")
+                                      "inference model (OUTPUT_DIR/inference of a finished run). Inputs must look "
+                                      "like the training data: see below.",
+                          epilog=_predict_inputs_help() if predict_help else None,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     pred.add_argument("task", help="task name (see ptrain list)")
     pred.add_argument("inputs", nargs="+", help="inputs: texts or file paths, as the task takes")
     pred.add_argument("--model", required=True, help="directory of the exported inference model")
     pred.add_argument("--debug", action="store_true")
+    sub.add_parser("visualdl", add_help=False, help="serve a run's curves: visualdl --logdir OUTPUT_DIR [its options], "
+                   "answering requests without Accept-Language too (see trainer/visualdl_serve.py)")
     ins = sub.add_parser("inspect", help="what a checkpoint holds, or the checkpoints of a run directory",
                          description="PATH a checkpoint directory (or checkpoints/latest): step, epoch, metrics, "
                                      "world size, sizes, and whether every file matches the manifest. PATH a run's "
@@ -104,12 +128,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    parser = _parser(predict_help=argv[:1] == ["predict"] and ("-h" in argv or "--help" in argv))
     ns, extra = parser.parse_known_args(argv)
+    from .console import configure  # before paddle loads: the quiet console (--verbose: everything)
+
+    configure(verbose=getattr(ns, "verbose", False), main_process=os.environ.get("PADDLE_TRAINER_ID", "0") == "0")
     debug = getattr(ns, "debug", False)
     try:
         if ns.command == "list":
             return _cmd_list()
+        if ns.command == "visualdl":
+            from .visualdl_serve import main as visualdl_main
+
+            return visualdl_main(extra)
         if ns.command == "inspect":
             return _cmd_inspect(ns.checkpoint)
         if ns.command == "verify-resume":

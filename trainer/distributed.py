@@ -55,7 +55,10 @@ def init_distributed() -> None:
     global _initialized
     if is_distributed() and not _initialized:
         if not dist.is_initialized():
-            dist.init_parallel_env()
+            from .console import stderr_to_debug
+
+            with stderr_to_debug("trainer.distributed"):  # paddle's "Modified FLAGS detected" banner
+                dist.init_parallel_env()
         _initialized = True
 
 

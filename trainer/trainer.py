@@ -206,27 +206,36 @@ class Trainer(PaddleNLPAPI):
             return a.learning_rate * self.state.global_batch_size / a.scale_lr_by_batch
         return a.learning_rate
 
-    def compute_loss(self, model: paddle.nn.Layer, batch: Any) -> paddle.Tensor:
-        """The loss of one micro-batch.
+    def compute_loss(self, model: paddle.nn.Layer, batch: Any, return_outputs: bool = False):
+        """The loss of one micro-batch, in training and in evaluation (``eval_loss``
+        is this loss, so an override counts in both, as in PaddleNLP and Hugging Face).
 
         ``(inputs..., labels)`` sequences: ``loss_fn(model(*inputs), labels)``.
         Dict batches: with ``loss_fn``, ``loss_fn(model(**rest), batch['labels'])``;
         without, ``model(**batch)`` must return the loss (a tensor, a tuple whose
         first item is the loss, or a dict/object with ``loss``), as paddlenlp
         models do when given labels.
+
+        With ``return_outputs=True`` (what evaluation asks for) returns
+        ``(loss, outputs)``, the outputs holding the predictions; the loss may then
+        be None when the outputs hold none and there is no ``loss_fn``. An override
+        without ``return_outputs`` still works: evaluation then runs the model a
+        second time for the predictions.
         """
         outputs, labels = self._forward(model, batch)
         if self.loss_fn is not None:
             if labels is None:
                 raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
             try:
-                return self.loss_fn(outputs, labels)
+                loss = self.loss_fn(outputs, labels)
             except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
                 error = label_error(outputs, labels, self._current_batch_indices())
                 if error is None:
                     raise
                 raise error from exc
-        return _loss_from_outputs(outputs)
+        else:
+            loss = _loss_from_outputs(outputs, required=not return_outputs)
+        return (loss, outputs) if return_outputs else loss
 
     def _current_batch_indices(self):
         """Dataset indices of the micro-batch being trained on (None outside training)."""
@@ -261,12 +270,20 @@ class Trainer(PaddleNLPAPI):
         return loss.detach()
 
     def evaluation_step(self, model: paddle.nn.Layer, batch: Any):
-        """Returns ``(loss or None, predictions, labels or None)`` for one batch, no gradients."""
+        """Returns ``(loss or None, predictions, labels or None)`` for one batch, no gradients.
+
+        The loss is :meth:`compute_loss`'s, the one training minimizes; a batch
+        without labels and a ``loss_fn`` gives predictions only."""
+        labels = _labels_of(batch)
         with self.callbacks.forward_context(self):
-            outputs, labels = self._forward(model, batch)
-            if self.loss_fn is not None and labels is not None:
-                return self.loss_fn(outputs, labels), _logits_from_outputs(outputs), labels
-            loss = _loss_from_outputs(outputs, required=False)
+            if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
+                outputs, _ = self._forward(model, batch)
+                return _loss_from_outputs(outputs, required=False), _logits_from_outputs(outputs), None
+            if _accepts_return_outputs(self.compute_loss):
+                loss, outputs = self.compute_loss(model, batch, return_outputs=True)
+            else:  # an override written compute_loss(model, batch): its loss, then the outputs
+                loss = self.compute_loss(model, batch)
+                outputs, _ = self._forward(model, batch)
         return loss, _logits_from_outputs(outputs), labels
 
     # ---- fit ------------------------------------------------------------------
@@ -660,6 +677,25 @@ def _check_loss(loss: Any) -> None:
     if math.prod(loss.shape) != 1:  # from the shape: Tensor.size is a paddle call, and this runs every step
         raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
                             "reduce it (e.g. loss.mean())")
+
+
+def _labels_of(batch: Any):
+    """The labels ``Trainer._forward`` would use: a dict's ``labels``, the last item of a sequence of 2+."""
+    if isinstance(batch, dict):
+        return batch.get("labels")
+    if isinstance(batch, (list, tuple)) and len(batch) > 1:
+        return batch[-1]
+    return None
+
+
+def _accepts_return_outputs(method) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "return_outputs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _loss_from_outputs(outputs: Any, required: bool = True):

@@ -263,7 +263,9 @@ class ErnieExport(Export):
 
 # ---- predict -------------------------------------------------------------------------------
 def predict(model_dir: str, inputs: List[str]) -> List[dict]:
-    """Classify texts with an exported model: one ``{"input", "label", "score"}`` per text."""
+    """Texts (each argument one text, raw: no tokenizing or lower-casing needed), tokenized
+    with the tokenizer saved next to the model and cut to the run's ``max_seq_len``
+    tokens; one ``{"input", "label", "score"}`` per text."""
     from paddlenlp.transformers import ErnieTokenizer
 
     from trainer.export import create_predictor, run_predictor

@@ -1,7 +1,8 @@
 """The ResNet task: options, model, data and metrics, registered as
 ``ptrain run resnet50`` (and ``resnet``); ``--depth 18|34|50|101|152`` picks the network.
 
-    ptrain run resnet50                                   # demo: ResNet on the embedded digits, CPU
+    ptrain run resnet50                                   # demo: ResNet-50 on the embedded digits, CPU
+    ptrain run resnet --recipe demo18                     # the faster demo: ResNet-18
     ptrain run resnet50 --recipe imagenet --data_dir /data/imagenet --gpus 0,1,2,3
     ptrain predict resnet50 --model runs/resnet-demo/inference digit.png
 """
@@ -106,7 +107,8 @@ def build(options: ResNetOptions, args) -> TaskRun:
 
 TASK = Task(
     name="resnet50",
-    description="ResNet-18/34/50/101 image classification (paddle.vision); demo on the embedded digits, ImageNet recipes",
+    description="ResNet-18/34/50/101/152 image classification (paddle.vision); demo: ResNet-50 on the embedded "
+                "digits (recipe demo18: ResNet-18), ImageNet recipes",
     options_class=ResNetOptions,
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),

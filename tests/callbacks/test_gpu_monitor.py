@@ -238,6 +238,7 @@ def test_fast_dataset_does_not_warn(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("kwargs, field", [({"interval": 0}, "interval"), ({"wait_threshold": 1.5}, "wait_threshold"),
+                                           ({"min_wait": -1}, "min_wait"),
                                            ({"reader": object()}, "reader")])
 def test_bad_options_are_one_line_config_errors(kwargs, field):
     with pytest.raises(ConfigError, match=f"^{field}=") as err:
@@ -248,3 +249,19 @@ def test_bad_options_are_one_line_config_errors(kwargs, field):
 def test_docstring_example_runs():
     result = doctest.testmod(callbacks.gpu_monitor)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_tiny_waits_are_no_stall_whatever_their_share(tmp_path, caplog):
+    # in-memory data and a tiny model: the wait is a sizeable share of a sub-millisecond step, but costs nothing
+    # (one sample a step keeps the wait far below the 10 ms floor even on a machine slowed down many times)
+    quiet = GPUUtilizationMonitor(interval=0.05, wait_threshold=0.01)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        train(tmp_path / "a", quiet, max_steps=20, per_device_train_batch_size=1)
+    shares = [r["data_wait_share"] for r in train_records(tmp_path / "a")]
+    assert min(shares) > 0.01  # above the share threshold on every window ...
+    assert not quiet.warned and not [r for r in caplog.records if r.name == LOGGER]  # ... and no warning
+    # the same run with no floor on the wait per step warns: the floor is what keeps it quiet
+    loud = GPUUtilizationMonitor(interval=0.05, wait_threshold=0.01, min_wait=0.0)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        train(tmp_path / "b", loud, max_steps=20, per_device_train_batch_size=1)
+    assert loud.warned and "ms a step" in caplog.text

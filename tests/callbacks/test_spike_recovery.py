@@ -63,7 +63,8 @@ class AtRollback(Callback):
 
 def make_trainer(out, data, recovery, max_steps=30, activation=paddle.nn.Tanh, **overrides):
     values = dict(output_dir=str(out), per_device_train_batch_size=BATCH, max_steps=max_steps, logging_steps=2,
-                  save_steps=2, learning_rate=0.01, lr_scheduler_type="constant", report_to=["jsonl"])
+                  save_steps=2, learning_rate=0.01, lr_scheduler_type="constant", report_to=["jsonl"],
+                  save_total_limit=None)  # these scenarios read back older checkpoints: keep them all
     values.update(overrides)
     paddle.seed(0)
     model = paddle.nn.Sequential(paddle.nn.Linear(8, 16), activation(), paddle.nn.Linear(16, 2))

@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO
 from PIL import Image
 
-FAST = ["--depth", "18", "--disable_tqdm", "true", "--per_device_train_batch_size", "16"]
+FAST = ["--depth", "18", "--image_size", "32", "--disable_tqdm", "true", "--per_device_train_batch_size", "16"]
 
 
 def ptrain(*args, cwd, timeout=300):
@@ -53,6 +53,8 @@ def test_run_writes_results_and_an_inference_model_that_predict_uses(tmp_path):
     (logits,) = run_predictor(create_predictor(str(inference)), [ToCHW()(images[test_index[0]])[None]])
     assert rows[0]["label"] == str(int(np.argmax(logits[0])))
 
+    assert "looks inverted" not in out.stderr  # the test digits are white on black
+
     bad = ptrain("predict", "resnet50", "--model", str(inference), "missing.png", cwd=tmp_path)
     assert bad.returncode == 3 and "missing.png" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
@@ -83,3 +85,22 @@ def test_two_processes_evaluate_every_sample_once(tmp_path):
 def test_unknown_option_and_missing_data_dir_are_one_line_errors(tmp_path):
     out = ptrain("run", "resnet50", "--recipe", "imagenet", cwd=tmp_path)
     assert out.returncode == 2 and "--data_dir" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_resnet50_demo_is_a_resnet50_and_list_says_what_each_recipe_trains(tmp_path):
+    out = ptrain("run", "resnet50", "--dry_run", "--output_dir", "x", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    info = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("info: "))[6:])
+    assert info["depth"] == 50 and info["parameters"] == 23528522  # paddle.vision resnet50, 10 classes
+    out = ptrain("run", "resnet", "--recipe", "demo18", "--dry_run", "--output_dir", "x", cwd=tmp_path)
+    info = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("info: "))[6:])
+    assert info["depth"] == 18 and info["image_size"] == 32
+    listed = ptrain("list", cwd=tmp_path).stdout
+    assert "ResNet-18/34/50/101/152" in listed and "demo: ResNet-50" in listed and "demo18" in listed
+
+
+def test_predict_help_says_what_each_task_expects(tmp_path):
+    out = ptrain("predict", "--help", cwd=tmp_path)
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "white digit on a black background" in text and "resnet50:" in text and "ernie: Texts" in text

@@ -114,3 +114,17 @@ def test_missing_yaml_file():
 def test_greater_is_better_follows_metric_name():
     assert TrainingArguments(metric_for_best_model="eval_accuracy").greater_is_better_resolved
     assert not TrainingArguments(metric_for_best_model="eval_loss").greater_is_better_resolved
+
+
+def test_unknown_keyword_in_python_is_the_same_did_you_mean_error_as_the_cli():
+    with pytest.raises(ConfigError, match=r"unknown training argument 'learning_rat' .*did you mean 'learning_rate'") as err:
+        TrainingArguments(learning_rat=0.1)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="did you mean 'learning_rate'"):
+        TrainingArguments.from_yaml_and_cli(None, ["--learning_rat", "0.1"])
+
+
+def test_save_total_limit_keeps_three_by_default_and_none_keeps_all():
+    assert TrainingArguments().save_total_limit == 3
+    assert TrainingArguments(save_total_limit=None).save_total_limit is None
+    assert TrainingArguments.from_yaml_and_cli(None, ["--save_total_limit", "none"]).save_total_limit is None

@@ -32,3 +32,11 @@ def test_rotation_keeps_newest_and_best(tmp_path):
     assert trainer.state.best_checkpoint.endswith("step-2")
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-10"
     assert not [d for d in os.listdir(tmp_path / "checkpoints") if d.startswith(".")]
+
+
+def test_default_limit_keeps_the_newest_three(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=12, save_steps=2,
+                             evaluation_strategy="no", report_to=[])
+    Trainer(make_mlp(), args, train_dataset=ToyDataset(32), loss_fn=paddle.nn.CrossEntropyLoss()).fit()
+    kept = sorted((d for d in os.listdir(tmp_path / "checkpoints") if d.startswith("step-")), key=lambda d: int(d[5:]))
+    assert kept == ["step-8", "step-10", "step-12"]

@@ -1,0 +1,67 @@
+"""``ptrain visualdl --logdir OUTPUT_DIR [visualdl options]``: VisualDL's own server,
+made to answer every request.
+
+With the pinned set (visualdl 2.5.3, Flask 3.1, Werkzeug 3.1) plain ``visualdl
+--logdir DIR`` answers HTTP 500 to any page request whose ``Accept-Language``
+header names neither English nor Chinese, or is missing, as with ``curl``,
+scripts and health checks: visualdl picks the page language with
+``request.accept_languages.best_match(["en", "zh"])``, gets None, and hands it to
+``response.set_cookie``, which raises (``TypeError`` in the cookie quoting).
+No Werkzeug release takes a None cookie value (checked: 2.2.3, 2.3.8, 3.0.6,
+3.1.8), and Flask 3.1 needs Werkzeug >= 3.1, so no pin fixes it.
+
+This command runs the same server (``visualdl.server.app.main``, same flags)
+with one WSGI middleware, :class:`LanguageFallback`, that appends
+``en;q=0.001`` to the request's ``Accept-Language``: a browser's own choice
+still wins, and a request without one gets English instead of an error.
+``visualdl --logdir DIR --language en`` is the alternative with plain visualdl
+(it fixes the page language for everyone).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+FALLBACK = "en;q=0.001"
+
+
+class LanguageFallback:
+    """WSGI middleware: every request carries an ``Accept-Language`` visualdl can match.
+
+    >>> seen = {}
+    >>> app = LanguageFallback(lambda environ, start: seen.update(environ) or [])
+    >>> _ = app({}, None); seen["HTTP_ACCEPT_LANGUAGE"]
+    'en;q=0.001'
+    >>> _ = app({"HTTP_ACCEPT_LANGUAGE": "zh-CN,zh;q=0.9"}, None); seen["HTTP_ACCEPT_LANGUAGE"]
+    'zh-CN,zh;q=0.9, en;q=0.001'
+    """
+
+    def __init__(self, app, fallback: str = FALLBACK):
+        self.app, self.fallback = app, fallback
+
+    def __call__(self, environ, start_response):
+        header = environ.get("HTTP_ACCEPT_LANGUAGE", "").strip()
+        environ["HTTP_ACCEPT_LANGUAGE"] = f"{header}, {self.fallback}" if header else self.fallback
+        return self.app(environ, start_response)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``)."""
+    from visualdl.server import app as vdl
+
+    create_app = vdl.create_app
+
+    def create_app_with_fallback(args):
+        app = create_app(args)
+        app.wsgi_app = LanguageFallback(app.wsgi_app)
+        return app
+
+    vdl.create_app = create_app_with_fallback  # visualdl's _run looks it up at call time
+    sys.argv = ["visualdl", *(sys.argv[1:] if argv is None else argv)]
+    vdl.main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
