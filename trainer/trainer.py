@@ -274,7 +274,7 @@ class Trainer(PaddleNLPAPI):
 
         The loss is :meth:`compute_loss`'s, the one training minimizes; a batch
         without labels and a ``loss_fn`` gives predictions only."""
-        labels = _labels_of(batch)
+        labels = _labels_of(batch, self.args.label_names or ["labels"])
         with self.callbacks.forward_context(self):
             if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
                 outputs, _ = self._forward(model, batch)
@@ -679,10 +679,14 @@ def _check_loss(loss: Any) -> None:
                             "reduce it (e.g. loss.mean())")
 
 
-def _labels_of(batch: Any):
-    """The labels ``Trainer._forward`` would use: a dict's ``labels``, the last item of a sequence of 2+."""
-    if isinstance(batch, dict):
-        return batch.get("labels")
+def _labels_of(batch: Any, keys=("labels",)):
+    """The labels ``Trainer._forward`` uses: a mapping's label key (a tuple for several ``keys``), the last
+    item of a sequence of 2+; None when absent."""
+    if isinstance(batch, Mapping):
+        found = [batch[k] for k in keys if k in batch]
+        if not found:
+            return None
+        return found[0] if len(keys) == 1 else tuple(found)
     if isinstance(batch, (list, tuple)) and len(batch) > 1:
         return batch[-1]
     return None
@@ -735,14 +739,6 @@ def _batch_size(batch: Any) -> int:
         if isinstance(batch, (list, tuple, dict)):
             return _batch_size(batch)
     return int(batch.shape[0]) if hasattr(batch, "shape") and len(batch.shape) else 1
-
-
-def _labels_of(batch: Mapping, keys: List[str]):
-    """The label tensor (one key) or tuple of tensors (several keys) of a mapping batch; None when absent."""
-    found = [batch[k] for k in keys if k in batch]
-    if not found:
-        return None
-    return found[0] if len(keys) == 1 else tuple(found)
 
 
 def _detach(value):
