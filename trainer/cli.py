@@ -277,8 +277,6 @@ def _run_here(task, options, args, dry_run: bool) -> int:
     from . import distributed as dist
     from .trainer import Trainer
 
-    logging.basicConfig(level=logging.INFO if dist.is_main_process() else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     dist.select_device(args.device)  # the launcher's card, before the task makes any tensor
     run = task.build(options, args)
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
