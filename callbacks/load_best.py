@@ -4,7 +4,8 @@ Switched on by ``args.load_best_model_at_end`` (``callbacks.defaults``). The
 best checkpoint is the one ``Checkpoint`` recorded in
 ``state.best_checkpoint`` by ``args.metric_for_best_model``
 (``TrainingArguments`` makes sure a checkpoint is written at every
-evaluation). Events: ``on_fit_end`` (status completed or stopped; every rank
+evaluation). Events: ``on_fit_end`` (any status but failed: completed, stopped
+or preempted; every rank
 loads, so all ranks end with the same weights). Only the model's weights are
 loaded; optimizer and state stay those of the last step. State saved: none.
 """

@@ -66,7 +66,7 @@ EVENT_TABLE = {
     Event.LOAD_BEGIN: ("load_checkpoint() starts", "-"),
     Event.LOAD_END: ("checkpoint restored (model, optimizer, state, callbacks)", "-"),
     Event.EXCEPTION: ("something raised inside fit(); state.error holds it", "-"),
-    Event.FIT_END: ("always, last; state.status is completed, stopped or failed", "-"),
+    Event.FIT_END: ("always, last; state.status is completed, stopped (should_stop before max_steps), preempted (a signal, callbacks.Preemption) or failed", "-"),
 }
 
 

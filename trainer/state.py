@@ -64,7 +64,7 @@ class TrainerState:
     best_metric: Optional[float] = None
     best_checkpoint: Optional[str] = None
     last_checkpoint: Optional[str] = None
-    status: str = "idle"          # idle | running | completed | stopped | failed
+    status: str = "idle"          # idle | running | completed | stopped | preempted | failed
     # control flags (see the module docstring for reset points)
     should_stop: bool = False
     should_log: bool = False

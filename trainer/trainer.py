@@ -288,7 +288,7 @@ class Trainer(PaddleNLPAPI):
 
     # ---- fit ------------------------------------------------------------------
     def fit(self, resume_from_checkpoint: Optional[str] = None) -> TrainerState:
-        """Train. Returns the final state (``state.status``: completed or stopped).
+        """Train. Returns the final state (``state.status``: completed, stopped or preempted).
 
         Errors pass through ``on_exception`` then ``on_fit_end`` (status failed)
         and are re-raised.

@@ -63,7 +63,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "logging_steps": ("default", "default 10 (PaddleNLP: 500)"),
     "save_strategy": ("same", ""),
     "save_steps": ("same", ""),
-    "save_total_limit": ("same", "the best checkpoint is always kept as well"),
+    "save_total_limit": ("default", "default 3, the newest 3 of this run (PaddleNLP: None = keep all); the best checkpoint is always kept as well"),
     "save_on_each_node": ("ignored", "rank 0 writes checkpoints; use a shared output_dir on several nodes"),
     "no_cuda": ("renamed", "device cpu"),
     "seed": ("same", ""),
