@@ -121,9 +121,6 @@ def _parser(predict_help: bool = False) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*ccache.*")  # paddle's import-time notice, noise for users
     from .process import install_startup_handlers
 
     install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once

@@ -80,7 +80,9 @@ def select_device(device: str = "auto") -> str:
         os.environ[key] = value
     paddle.set_device(plan.place)
     _device = (device, plan.place)
-    device_logger.info("rank %d (local rank %d) trains on %s: %s (CUDA_VISIBLE_DEVICES=%s)", get_rank(),
+    # one line per rank where the choice matters (several processes, or a GPU); a lone CPU process: --verbose
+    level = logging.INFO if get_world_size() > 1 or plan.place != "cpu" else logging.DEBUG
+    device_logger.log(level, "rank %d (local rank %d) trains on %s: %s (CUDA_VISIBLE_DEVICES=%s)", get_rank(),
                        get_local_rank(), plan.place, plan.reason, os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
     return plan.place
 
