@@ -160,7 +160,7 @@ def _launcher_exit_code(text):
 def test_signal_to_ptrain_is_forwarded(tmp_path, sig):
     """What Kubernetes does (SIGTERM to ptrain as PID 1), or a Ctrl-C: the ranks save and exit
     128 + signal, so do the launcher and ptrain; --max_restarts does not relaunch; nothing is left."""
-    proc, out = _ptrain_run(tmp_path, "--max_restarts", "2")
+    proc, out = _ptrain_run(tmp_path, "--max_restarts", "2", "--verbose")  # --verbose: the launcher's INFO exit line
     wait_for(lambda: _logged_step(out) >= 20, proc, what="step 20")
     procs = tree(proc.pid)
     t0 = time.time()

@@ -76,7 +76,7 @@ def test_log_lines_go_through_the_bar_and_noise_is_dropped(restore_logging):
     assert os.environ["GLOG_minloglevel"] == "2" and os.environ["PADDLE_LOG_LEVEL"] == "WARNING"
     stream = io.StringIO()
     handler = next(h for h in logging.getLogger().handlers if isinstance(h, console.BarSafeHandler))
-    handler.setStream(stream)
+    handler.stream = stream  # not setStream: it flushes the old stream, which may be an earlier test's closed capture
     bar = tqdm(total=10, file=stream, desc="train", ascii=True)
     bar.update(3)
     logging.getLogger("callbacks.checkpoint").info("an INFO line of ours")
