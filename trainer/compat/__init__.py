@@ -9,7 +9,7 @@ place where their names are translated into this project's.
 - ``api``: ``train``, ``save_model``, ``log_metrics``, ``save_metrics``,
   ``save_state``, ``is_world_process_zero``, ``pop_callback`` (a mixin of
   ``trainer.Trainer``);
-- ``paddlenlp_callbacks``, ``hapi_callbacks``: the callback adapters.
+- ``paddlenlp_callbacks``, ``hapi_callbacks``: the callback adapters (their common base in ``foreign``).
 
 The training loop never sees a PaddleNLP name. Nothing here imports paddlenlp
 until a paddlenlp object is given. Guides: docs/how-to/migrate-paddlenlp.md,

@@ -35,12 +35,12 @@ replaces each (``UNSUPPORTED``): the trainer already does their job.
 from __future__ import annotations
 
 import math
-from typing import Any, List
 
 import paddle
 
-from callbacks.base import Callback
-from trainer.errors import CallbackError, ConfigError, TrainerError
+from trainer.errors import ConfigError
+
+from .foreign import ForeignCallbacks
 
 UNSUPPORTED = {
     "ProgBarLogger": "the progress bar of callbacks.Rank0Logger (report_to tqdm)",
@@ -136,11 +136,11 @@ class _Logs(dict):
         return dict.__repr__(self._all())
 
 
-class HapiCallbacks(Callback):
+class HapiCallbacks(ForeignCallbacks):
     order = 50
 
     def __init__(self):
-        self.callbacks: List[Any] = []
+        super().__init__()
         self._model = None
         self._eval_step = 0
         self._last_logs: dict = {}
@@ -150,25 +150,13 @@ class HapiCallbacks(Callback):
         return "HapiCallbacks"
 
     def append(self, callback) -> None:
-        cb = callback() if isinstance(callback, type) else callback
+        cb = self.instance(callback)
         check_supported(cb)
         self.callbacks.append(cb)
 
-    def pop(self, callback):
-        for cb in self.callbacks:
-            if cb is callback or (isinstance(callback, type) and isinstance(cb, callback)):
-                self.callbacks.remove(cb)
-                return cb
-        return None
-
     def _call(self, trainer, hook: str, *args) -> None:
         for cb in list(self.callbacks):
-            try:
-                getattr(cb, hook)(*args)
-            except TrainerError:
-                raise
-            except Exception as exc:
-                raise CallbackError(type(cb).__name__, hook[3:], exc) from exc
+            self.invoke(cb, hook, *args)
         if self._model is not None and self._model.stop_training:
             trainer.state.should_stop = True
 

@@ -47,10 +47,8 @@ Not fired: ``on_load_data_end`` (no per-batch event here).
 from __future__ import annotations
 
 import logging
-from typing import Any, List
 
-from callbacks.base import Callback
-from trainer.errors import CallbackError, TrainerError
+from .foreign import ForeignCallbacks
 
 logger = logging.getLogger("trainer")
 _FLAGS = (("should_log", "should_log"), ("should_evaluate", "should_evaluate"), ("should_save", "should_save"),
@@ -71,11 +69,11 @@ class _ArgsView:
         return self._args.greater_is_better_resolved if self._args.metric_for_best_model else self._args.greater_is_better
 
 
-class PaddleNLPCallbacks(Callback):
+class PaddleNLPCallbacks(ForeignCallbacks):
     order = 50
 
     def __init__(self):
-        self.callbacks: List[Any] = []
+        super().__init__()
         self.paddlenlp_args = None      # set by the door when the trainer was given paddlenlp arguments
         self._pstate = None
         self._control = None
@@ -91,17 +89,10 @@ class PaddleNLPCallbacks(Callback):
 
     # ---- membership (PaddleNLP's CallbackHandler) -------------------------------
     def append(self, callback) -> None:
-        cb = callback() if isinstance(callback, type) else callback
+        cb = self.instance(callback)
         if any(type(c) is type(cb) for c in self.callbacks):
             logger.warning("adding a second %s to the callbacks of this trainer", type(cb).__name__)
         self.callbacks.append(cb)
-
-    def pop(self, callback):
-        for cb in self.callbacks:
-            if cb is callback or (isinstance(callback, type) and isinstance(cb, callback)):
-                self.callbacks.remove(cb)
-                return cb
-        return None
 
     # ---- the PaddleNLP view of the trainer ---------------------------------------
     def _objects(self, trainer):
@@ -132,12 +123,7 @@ class PaddleNLPCallbacks(Callback):
                       lr_scheduler=trainer.lr_scheduler, train_dataloader=getattr(trainer, "train_dataloader", None),
                       eval_dataloader=getattr(trainer, "eval_dataloader", None))
         for cb in list(self.callbacks):
-            try:
-                result = getattr(cb, event)(args, pstate, control, **common, **kwargs)
-            except TrainerError:
-                raise
-            except Exception as exc:  # name the PaddleNLP callback and its hook, not the adapter
-                raise CallbackError(type(cb).__name__, event[3:], exc) from exc
+            result = self.invoke(cb, event, args, pstate, control, **common, **kwargs)
             if result is not None:
                 control = self._control = result
         for theirs, ours in _FLAGS:
