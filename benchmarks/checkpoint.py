@@ -17,7 +17,7 @@ host memory at the step (that copy is its stall) and writes the files in a
 thread.
 
 Size and load: the bytes of each file of the last checkpoint; the median time
-of ``checkpoint_io.verify`` (sha256 of every file) and of a whole
+of ``trainer.checkpoint.manifest.verify`` (sha256 of every file) and of a whole
 ``Trainer.load_checkpoint`` into the same model (verify included).
 
 Resume against position (one child process): a tiny MLP over a lazily
@@ -78,7 +78,7 @@ def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch
 
     from callbacks.base import Callback
     from trainer import Trainer, TrainingArguments
-    from trainer.checkpoint_io import verify
+    from trainer.checkpoint.manifest import verify
 
     width = 1024
     hidden = _hidden_for(params_m, width)
@@ -138,17 +138,18 @@ def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch
     # the two halves of a save, timed apart: the copy to host memory (the async stall) and the files
     snapshot_times, write_times = [], []
     try:
-        from trainer import checkpoint_io as ckpt_io
+        from trainer.checkpoint import snapshot as ckpt_snapshot
+        from trainer.checkpoint import writer as ckpt_writer
 
         for i in range(2):
             t = time.perf_counter()
-            snap = ckpt_io.snapshot(trainer)
+            snap = ckpt_snapshot.snapshot(trainer)
             snapshot_times.append(time.perf_counter() - t)
             t = time.perf_counter()
-            ckpt_io.write_snapshot(snap, os.path.join(out_dir, f"probe-{i}"), None)
+            ckpt_writer.write_snapshot(snap, os.path.join(out_dir, f"probe-{i}"), None)
             write_times.append(time.perf_counter() - t)
             del snap
-    except (AttributeError, TypeError):  # the checkpoint_io API moved: leave these columns empty
+    except (AttributeError, TypeError):  # the checkpoint API moved: leave these columns empty
         snapshot_times, write_times = [None], [None]
     verify_times, load_times = [], []
     for _ in range(3):
@@ -315,7 +316,7 @@ def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
         ["part of a save or load", "median (ms)", "throughput"],
         [["snapshot: copy the state to host memory (at the step)", _ms(sync["snapshot_s"]), rate(sync["snapshot_s"])],
          ["write: files, fsync, sha256, rename (background when async)", _ms(sync["write_s"]), rate(sync["write_s"])],
-         ["checkpoint_io.verify (sha256 of every file)", _ms(sync["verify_s"]), rate(sync["verify_s"])],
+         ["manifest verify (sha256 of every file)", _ms(sync["verify_s"]), rate(sync["verify_s"])],
          ["Trainer.load_checkpoint (verify + read + set)", _ms(sync["load_s"]), rate(sync["load_s"])]]))
     lines.append("")
     lines += [f"Resume against the position in a {resume['steps_per_epoch']:,}-step epoch "

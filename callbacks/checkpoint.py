@@ -2,7 +2,7 @@
 
 When to save is decided by ``FlowControl`` (``save_strategy``/``save_steps``)
 or any callback setting ``state.should_save``; ``Trainer.save_checkpoint``
-does the complete-or-nothing write (``trainer.checkpoint_io``). This callback
+does the complete-or-nothing write (``trainer.checkpoint``). This callback
 owns what happens around it.
 
 Events: ``on_eval_end`` (compare ``args.metric_for_best_model`` with the best
@@ -28,7 +28,8 @@ import os
 import shutil
 from typing import Optional
 
-from trainer.checkpoint_io import MANIFEST, checkpoints_dir, list_checkpoints
+from trainer.checkpoint.manifest import MANIFEST, checkpoints_dir
+from trainer.checkpoint.store import list_checkpoints
 from trainer.errors import TrainingError
 from trainer.metric_keys import metric_key
 

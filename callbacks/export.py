@@ -4,7 +4,7 @@ Events: ``on_fit_end`` (when ``state.status`` is ``completed`` or ``stopped``;
 a failed run exports nothing). Only the main process exports; the other
 ranks do nothing.
 
-What it does: ``trainer.export.export_for_trainer``: ``paddle.jit.save`` the
+What it does: ``trainer.deploy.export.export_for_trainer``: ``paddle.jit.save`` the
 model, load the files with ``paddle.inference``, run both on a sample batch and
 raise ``TrainingError`` (surfacing from ``fit()`` as a CallbackError) when the
 outputs differ beyond ``rtol``/``atol``; the export is published only when it
@@ -21,7 +21,7 @@ Options:
   ``eval_dataset``, else ``train_dataset``).
 - ``rtol``, ``atol``: the tolerance of the check (default None: 1e-5 on CPU, 1e-2 on
   a GPU, where the check runs on the training card and tighter values are raised
-  to 1e-2; see ``trainer.export``).
+  to 1e-2; see ``trainer.deploy.export``).
 
 State saved: none.
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from trainer.export import ExportResult, export_for_trainer
+from trainer.deploy.export import ExportResult, export_for_trainer
 
 from .base import Callback
 

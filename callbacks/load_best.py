@@ -35,7 +35,7 @@ class LoadBestModel(Callback):
                 logger.warning("load_best_model_at_end: no best checkpoint was recorded (no evaluation with a "
                                "checkpoint at its step); the model keeps the weights of the last step")
             return
-        from trainer.checkpoint_io import np_load_file
+        from trainer.checkpoint.manifest import np_load_file
 
         trainer.wait_for_checkpoint()
         weights = np_load_file(os.path.join(path, "model.safetensors"))

@@ -21,7 +21,7 @@ Options:
   ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
   ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
   ``ptrain visualdl --logdir OUTPUT_DIR``, VisualDL's server that also answers
-  clients sending no Accept-Language, see ``trainer/visualdl_serve.py``), ``png``
+  clients sending no Accept-Language, see ``trainer.cli.visualdl_serve``), ``png``
   (``output_dir/curves.png``: loss and
   evaluation metrics against the step, drawn at the end of ``fit()``).
   Default: ``args.report_to``; ``args.disable_tqdm`` drops the bar.

@@ -168,6 +168,7 @@ class Preemption(Callback):
     def on_fit_end(self, trainer):
         if self.agreed_signum is not None and trainer.state.status != "failed":
             trainer.state.status = "preempted"
+            trainer.state.exit_code = self.exit_code
             self._wait_for_all_ranks(trainer)
         self._finished.set()  # the deadline thread ends: what follows fit() is the caller's
         process.WATCHER.unsubscribe(self._from_watcher)
@@ -191,6 +192,7 @@ class Preemption(Callback):
             state.should_stop = True
             state.should_save = trainer.args.save_strategy != "no"
             state.status = "preempted"
+            state.exit_code = self.exit_code
             if trainer.is_main_process:
                 logger.warning("preempted by %s at step %d: saving and stopping", signal.Signals(agreed).name,
                                state.global_step)
@@ -294,20 +296,22 @@ class Preemption(Callback):
     def _save_from_here(self, trainer) -> str:
         """Write the last finished step from this thread: the main thread is blocked in the
         data pipeline, between steps, so model, optimizer and state are that step's."""
-        from trainer import checkpoint_io as ckpt
+        from trainer.checkpoint import writer
+        from trainer.checkpoint.manifest import checkpoints_dir
+        from trainer.checkpoint.snapshot import snapshot
 
         if trainer.args.save_strategy == "no":
             return ""
         try:
             trainer.wait_for_checkpoint()
-            root = ckpt.checkpoints_dir(trainer.args.output_dir)
+            root = checkpoints_dir(trainer.args.output_dir)
             final = os.path.join(root, f"step-{trainer.state.global_step}")
             if os.path.isdir(final):
                 return f"step {trainer.state.global_step} was already saved"
             trainer.state.status = "preempted"
-            snap = ckpt.snapshot(trainer)
-            ckpt.remove_stale_temporaries(root)
-            ckpt.write_snapshot(snap, final, root)
+            snap = snapshot(trainer)
+            writer.remove_stale_temporaries(root)
+            writer.write_snapshot(snap, final, root)
             return f"saved the last finished step {trainer.state.global_step}"
         except Exception as exc:  # noqa: BLE001 - leaving is the point; say why nothing was saved
             return f"the save of step {trainer.state.global_step} failed ({exc})"

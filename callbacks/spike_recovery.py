@@ -86,8 +86,10 @@ from typing import List, Optional
 
 from paddle.optimizer.lr import LRScheduler
 
-from trainer import checkpoint_io
 from trainer import distributed as dist
+from trainer.checkpoint import rng
+from trainer.checkpoint.manifest import checkpoints_dir, verify
+from trainer.checkpoint.store import list_checkpoints
 from trainer.errors import ConfigError, DataError, TrainingError
 from trainer.schedules import WithWarmup
 
@@ -165,7 +167,7 @@ class LossSpikeRecovery(Callback):
 
     def on_save_end(self, trainer):
         state = trainer.state
-        expected = os.path.join(checkpoint_io.checkpoints_dir(trainer.args.output_dir), f"step-{state.global_step}")
+        expected = os.path.join(checkpoints_dir(trainer.args.output_dir), f"step-{state.global_step}")
         if state.last_checkpoint and os.path.abspath(state.last_checkpoint) == os.path.abspath(expected):
             if state.global_step not in self.saved_steps:
                 self.saved_steps.append(state.global_step)
@@ -208,21 +210,21 @@ class LossSpikeRecovery(Callback):
         if path is None:
             raise TrainingError(
                 f"LossSpikeRecovery: the logged loss was {why} ({spike}) but no checkpoint this run saved at or before "
-                f"step {good} is left in {checkpoint_io.checkpoints_dir(trainer.args.output_dir)}: save more often "
+                f"step {good} is left in {checkpoints_dir(trainer.args.output_dir)}: save more often "
                 "(--save_steps, a multiple of logging_steps) and keep more (--save_total_limit 2 or more)")
         # what stays as it is at step D: progress, data position, schedule, RNG, callbacks, history
         keep_state = copy.deepcopy(state.state_dict())
         keep_callbacks = copy.deepcopy(trainer.callbacks.state_dict())
         scheduler = trainer.lr_scheduler
         keep_schedule = copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None
-        keep_rng = checkpoint_io.rng_state()
+        keep_rng = rng.rng_state()
         trainer.load_checkpoint(path)  # the model and the optimizer are what we came for
         samples_at_checkpoint = state.samples_seen
         state.load_state_dict(keep_state)
         trainer.callbacks.load_state_dict(keep_callbacks)  # this one's too: then updated below
         if scheduler is not None:
             scheduler.set_state_dict(keep_schedule)
-        checkpoint_io.set_rng_state(keep_rng)
+        rng.set_rng_state(keep_rng)
 
         skipped = detected - step
         samples = max(0, state.samples_seen - samples_at_checkpoint)
@@ -253,12 +255,12 @@ class LossSpikeRecovery(Callback):
     def _pick_checkpoint(self, trainer, last_good: int):
         """The newest verified checkpoint this lineage saved at or before ``last_good``: (path, step) or (None, None)."""
         ours = set(self.saved_steps)
-        for path in checkpoint_io.list_checkpoints(trainer.args.output_dir):
+        for path in list_checkpoints(trainer.args.output_dir):
             step = int(os.path.basename(path)[len("step-"):])
             if step > last_good or step not in ours:
                 continue
             try:
-                checkpoint_io.verify(path)
+                verify(path)
             except DataError as exc:
                 if trainer.is_main_process:
                     logger.warning("LossSpikeRecovery: skipping checkpoint %s: %s", path, exc)

@@ -3,6 +3,18 @@
 The public face: :class:`Trainer`, :class:`TrainingArguments`,
 :class:`TrainerState`, :class:`Event`. Names load lazily, so ``import trainer``
 costs little and never imports paddlenlp.
+
+Layout (docs/explanation/architecture.md): the loop and what it is made of stand
+at this level (``trainer``, ``evaluation``, ``args``, ``state``, ``events``,
+``schedules``, ``clipping``, ``distributed``, ``device``, ``tensors``,
+``metric_keys``, ``task``, ``process``, ``errors``); each other concern is a room
+of its own, which says in its docstring what it owns, what it may import and who
+uses it: ``data/`` (samplers, loaders, streams), ``checkpoint/`` (the run's
+files and their owner), ``deploy/`` (export, predictors), ``compat/``
+(PaddleNLP and hapi at the door), ``launch/`` (paddle's launcher, restarts,
+supervision) and ``cli/`` (the ``ptrain`` commands and the console). Imports
+point down: ``cli`` > ``launch`` > ``checkpoint``, ``deploy``, ``data`` > the
+loop's lower modules; the loop imports no launcher, command or console.
 """
 
 from importlib import import_module
@@ -11,8 +23,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Trainer": "trainer.trainer",
-    "EvalPrediction": "trainer.trainer",
-    "PredictionOutput": "trainer.trainer",
+    "EvalPrediction": "trainer.compat.outputs",
+    "PredictionOutput": "trainer.compat.outputs",
     "TrainOutput": "trainer.compat.outputs",
     "TrainingArguments": "trainer.args",
     "TrainerState": "trainer.state",

@@ -20,6 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
+from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
+                           normalize_aliases_before, validate_best_model)
 from .errors import ConfigError
 
 AMP_CHOICES = ("off", "fp16", "bf16")
@@ -28,8 +30,6 @@ SCHEDULERS = ("constant", "linear", "cosine", "step", "multistep")
 OPTIMIZERS = ("adamw", "momentum", "sgd")
 STRATEGIES = ("no", "steps", "epoch")
 DEVICES = ("auto", "cpu", "gpu")
-REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
-DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
 
 
 @dataclass
@@ -114,8 +114,6 @@ class TrainingArguments:
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
-        from .args_aliases import normalize_aliases_before, normalize_aliases_after
-
         normalize_aliases_before(self)
         self._coerce_types()
         normalize_aliases_after(self)
@@ -165,8 +163,6 @@ class TrainingArguments:
             raise ConfigError("eval_steps=0 but evaluation_strategy='steps': set --eval_steps N (N > 0) or another evaluation_strategy")
         if self.save_strategy == "steps" and self.save_steps == 0:
             raise ConfigError("save_steps=0 but save_strategy='steps': set --save_steps N (N > 0) or --save_strategy no")
-        from .args_aliases import validate_best_model
-
         validate_best_model(self)
         if not str(self.output_dir).strip():
             raise ConfigError("output_dir is empty: give a directory, e.g. --output_dir runs/exp1")
@@ -249,8 +245,6 @@ class TrainingArguments:
     def print_config(self, args=None, key: str = "") -> None:
         """Log every field of ``args`` (default: these arguments), one per line, as PaddleNLP does."""
         import logging
-
-        from .args_aliases import config_lines
 
         log = logging.getLogger("trainer")
         for line in config_lines(args if args is not None else self, key):

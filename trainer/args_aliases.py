@@ -25,6 +25,9 @@ from typing import Iterable, List
 
 from .errors import ConfigError
 
+REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
+DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
+
 
 def normalize_aliases_before(args) -> None:
     """Values the type coercion would refuse (a bool for a str field)."""
@@ -56,8 +59,6 @@ def normalize_aliases_after(args) -> None:
 
 
 def _reporters(values: Iterable[str]) -> List[str]:
-    from .args import DEFAULT_REPORTERS
-
     out: List[str] = []
     for value in values:
         word = str(value).strip().lower() if isinstance(value, str) else value

@@ -10,10 +10,13 @@ GPUs). Rank and world size come from the launcher's environment
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import os
-from typing import Any, List, Optional, Sequence, Tuple
+import sys
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import paddle
@@ -55,8 +58,6 @@ def init_distributed() -> None:
     global _initialized
     if is_distributed() and not _initialized:
         if not dist.is_initialized():
-            from .console import stderr_to_debug
-
             with stderr_to_debug("trainer.distributed"):  # paddle's "Modified FLAGS detected" banner
                 dist.init_parallel_env()
         _initialized = True
@@ -216,3 +217,19 @@ def gather_nested(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: gather_nested(v) for k, v in value.items()}
     return all_gather_uneven(value)
+
+
+@contextlib.contextmanager
+def stderr_to_debug(logger_name: str) -> Iterator[None]:
+    """Capture what Python code writes to ``sys.stderr`` inside the block and log it at DEBUG
+    on ``logger_name`` (shown with ``--verbose``); paddle prints banners this way."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            yield
+    except BaseException:
+        sys.stderr.write(buffer.getvalue())  # it may explain the failure: show it as it was
+        raise
+    text = buffer.getvalue().strip()
+    if text:
+        logging.getLogger(logger_name).debug("%s", text)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # never saved: device tensors, the error, and the control flags (a resumed run starts with clear flags)
-_RUNTIME_ONLY = ("loss", "step_loss", "grad_norm", "error", "status", "should_stop", "should_log",
+_RUNTIME_ONLY = ("loss", "step_loss", "grad_norm", "error", "exit_code", "status", "should_stop", "should_log",
                  "should_evaluate", "should_save", "skip_optimizer_step")
 
 
@@ -52,7 +52,7 @@ class TrainerState:
     world_size: int = 1
     global_batch_size: int = 0    # per-device batch x accumulation x world size
     skipped_steps: int = 0        # optimizer updates skipped (AMP overflow, NaN guard, callbacks)
-    run_id: str = ""              # the run the checkpoints belong to (kept on resume; see trainer.output_dir)
+    run_id: str = ""              # the run the checkpoints belong to (kept on resume; see trainer.checkpoint.output_dir)
     # timing (host clocks; no device sync)
     data_wait_time: float = 0.0   # seconds spent waiting for batches, this fit()
     last_data_wait: float = 0.0   # seconds waited for the batches of the current step
@@ -76,6 +76,8 @@ class TrainerState:
     step_loss: Any = None         # mean unscaled loss of the last optimizer step (detached)
     grad_norm: Any = None         # global gradient norm before clipping, when clipping is on
     error: Optional[BaseException] = None
+    exit_code: int = 0            # the process exit code asked for by a callback that stopped the run
+                                  # (callbacks.Preemption: 128 + the signal); ptrain run exits with it
 
     def state_dict(self) -> dict:
         out = {}

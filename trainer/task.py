@@ -1,8 +1,9 @@
-"""Tasks: what ``ptrain run NAME`` trains. A task turns validated options and
-``TrainingArguments`` into a :class:`TaskRun` (model, datasets, loss, metrics).
+"""The task interface: what ``ptrain run NAME`` trains. A task turns validated options and
+``TrainingArguments`` into a :class:`TaskRun` (model, datasets, loss, metrics). Tasks
+(``models.*``) depend on this module and the loop, never on the commands.
 
 Tasks register through the ``ptrain.tasks`` entry-point group (see setup.cfg),
-so ``trainer`` never imports ``models`` and any installed package can add one::
+so ``trainer`` never imports ``models`` (``trainer.cli.tasks`` finds them) and any installed package can add one::
 
     [options.entry_points]
     ptrain.tasks =
@@ -20,13 +21,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Callable, Dict, List, Optional
 
 from .errors import ConfigError
-
-ENTRY_POINT_GROUP = "ptrain.tasks"
-
 
 @dataclass
 class TaskRun:
@@ -71,23 +68,3 @@ class Task:
 
     def option_names(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self.options_class)]
-
-
-def available_tasks() -> Dict[str, Any]:
-    """name -> entry point, for every installed task."""
-    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
-
-
-def get_task(name: str) -> Task:
-    tasks = available_tasks()
-    if name not in tasks:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(tasks), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        known = ", ".join(sorted(tasks)) or "none (is the package installed with pip install -e .?)"
-        raise ConfigError(f"unknown task '{name}'{hint}: known tasks are {known}")
-    task = tasks[name].load()
-    if not isinstance(task, Task):
-        raise ConfigError(f"entry point {name} does not name a trainer.task.Task")
-    return task

@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import paddle
@@ -27,26 +27,29 @@ from callbacks.base import Callback, CallbackList
 from callbacks.defaults import callback_set
 
 from . import distributed as dist
-from . import iterable
 from .args import TrainingArguments
-from .batch_errors import label_error
-from .checkpoint_io import CheckpointWriter
+from .checkpoint import writer as ckpt_writer
+from .checkpoint.load import load_checkpoint
+from .checkpoint.manifest import checkpoints_dir
+from .checkpoint.output_dir import claim
+from .checkpoint.resume import prepare_resume, resume_after_restart
+from .checkpoint.snapshot import snapshot
 from .clipping import clip_grad_norm
-from .columns import collate_for
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
-from .compat.outputs import EvalPrediction, PredictionOutput
+from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    close_iterator, dataset_length, make_loader)
+from .data import iterable
+from .data.batch import batch_size, labels_of
+from .data.batch_errors import label_error
+from .data.columns import collate_for
+from .deploy.export import export_inference_model
 from .errors import ConfigError, DataError, TrainingError
+from .evaluation import compute_metrics_of, logits_from_outputs, run_inference
 from .events import Event
-from .launch import resume_after_restart
-from .output_dir import claim
-from .metric_keys import flatten_metrics
-from .resume_check import prepare_resume
 from .schedules import build_scheduler
 from .state import TrainerState
-from .tensors import to_numpy as _to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
 
 logger = logging.getLogger("trainer")
 
@@ -112,7 +115,7 @@ class Trainer(PaddleNLPAPI):
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._seeded_train: Optional[SeededDataset] = None
-        self._writer = CheckpointWriter()
+        self._writer = ckpt_writer.CheckpointWriter()
         self._pending_resume: Optional[str] = None
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
         self._compat_init_end(door.paddlenlp_args)
@@ -248,7 +251,7 @@ class Trainer(PaddleNLPAPI):
         """Run the model on a batch; return (outputs, labels or None)."""
         if isinstance(batch, Mapping):  # dict, paddlenlp BatchEncoding, ...: keyword arguments
             keys = self.args.label_names or ["labels"]
-            labels = _labels_of(batch, keys)
+            labels = labels_of(batch, keys)
             if self.loss_fn is not None and labels is not None:
                 return model(**{k: v for k, v in batch.items() if k not in keys}), labels
             return model(**batch), labels
@@ -274,17 +277,17 @@ class Trainer(PaddleNLPAPI):
 
         The loss is :meth:`compute_loss`'s, the one training minimizes; a batch
         without labels and a ``loss_fn`` gives predictions only."""
-        labels = _labels_of(batch, self.args.label_names or ["labels"])
+        labels = labels_of(batch, self.args.label_names or ["labels"])
         with self.callbacks.forward_context(self):
             if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
                 outputs, _ = self._forward(model, batch)
-                return _loss_from_outputs(outputs, required=False), _logits_from_outputs(outputs), None
+                return _loss_from_outputs(outputs, required=False), logits_from_outputs(outputs), None
             if _accepts_return_outputs(self.compute_loss):
                 loss, outputs = self.compute_loss(model, batch, return_outputs=True)
             else:  # an override written compute_loss(model, batch): its loss, then the outputs
                 loss = self.compute_loss(model, batch)
                 outputs, _ = self._forward(model, batch)
-        return loss, _logits_from_outputs(outputs), labels
+        return loss, logits_from_outputs(outputs), labels
 
     # ---- fit ------------------------------------------------------------------
     def fit(self, resume_from_checkpoint: Optional[str] = None) -> TrainerState:
@@ -296,7 +299,7 @@ class Trainer(PaddleNLPAPI):
         if self.train_dataset is None:
             raise ConfigError("fit() needs a train_dataset: Trainer(model, args, train_dataset=...)")
         state = self.state
-        state.status, state.should_stop, state.error = "running", False, None
+        state.status, state.should_stop, state.error, state.exit_code = "running", False, None, 0
         resume = resume_after_restart(resume_from_checkpoint or self.args.resume_from_checkpoint, self.args.output_dir)
         lock = claim(self.args, self.is_main_process, resume, state.run_id)  # the run lock; no other run's checkpoints
         state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
@@ -440,7 +443,7 @@ class Trainer(PaddleNLPAPI):
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
-        self.state.samples_seen += _batch_size(batch) * self.world_size
+        self.state.samples_seen += batch_size(batch) * self.world_size
         if isinstance(batch, Mapping) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
             self.state.tokens_seen += math.prod(batch["input_ids"].shape) * self.world_size
         return batch
@@ -528,7 +531,7 @@ class Trainer(PaddleNLPAPI):
         self.fire(Event.LOG)
         self.state.log_history.append(dict(self.state.logs))
 
-    # ---- evaluate / predict ----------------------------------------------------
+    # ---- evaluate / predict (the inference loop: trainer.evaluation) -------------
     def evaluate(self, eval_dataset=None, metric_key_prefix: str = "eval") -> dict:
         """Metrics over the whole dataset, identical on every rank.
 
@@ -540,9 +543,9 @@ class Trainer(PaddleNLPAPI):
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
-        preds, labels, loss_sum, count = self._run_inference(dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = self._metrics(preds, labels, loss_sum, count, metric_key_prefix)
-        metrics[f"{metric_key_prefix}_samples"] = count
+        out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+        metrics = compute_metrics_of(self, out, metric_key_prefix)
+        metrics[f"{metric_key_prefix}_samples"] = out.count
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
@@ -551,61 +554,14 @@ class Trainer(PaddleNLPAPI):
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
         self.fire(Event.PREDICT_BEGIN)
-        preds, labels, loss_sum, count = self._run_inference(dataset, None, None)
-        out = PredictionOutput(preds, labels, self._metrics(preds, labels, loss_sum, count, "test"))
+        out = run_inference(self, dataset, None, None)
+        result = PredictionOutput(out.predictions, out.label_ids, compute_metrics_of(self, out, "test"))
         self.fire(Event.PREDICT_END)
-        return out
-
-    def _metrics(self, preds, labels, loss_sum: Optional[float], count: int, prefix: str) -> dict:
-        """``{prefix}_loss`` and ``compute_metrics``' values, each key prefixed once."""
-        metrics = {}
-        if loss_sum is not None:
-            metrics[f"{prefix}_loss"] = loss_sum / count
-        if self.compute_metrics is not None and labels is not None:
-            metrics.update(flatten_metrics(self.compute_metrics(EvalPrediction(preds, labels)), prefix))
-        return metrics
-
-    def _run_inference(self, dataset, begin: Optional[Event], end: Optional[Event]):
-        loader = self.eval_dataloader = self.get_eval_dataloader(dataset)
-        model = self.model_wrapped if isinstance(self.model_wrapped, paddle.DataParallel) else self.model
-        was_training = model.training
-        model.eval()
-        loss_sum = paddle.zeros([], dtype="float64")
-        has_loss, all_preds, all_labels, count = False, [], [], 0
-        try:
-            with paddle.no_grad():
-                for batch in loader:
-                    if begin:
-                        self.fire(begin)
-                    loss, preds, labels = self.evaluation_step(self.model, batch)
-                    if self.preprocess_predictions is not None:  # e.g. argmax per batch: less to keep and gather
-                        preds = self.preprocess_predictions(preds, labels)
-                    n = _batch_size(batch)
-                    count += n
-                    if loss is not None:
-                        has_loss = True
-                        loss_sum += loss.astype("float64") * n
-                    all_preds.append(_detach(preds))
-                    if labels is not None:
-                        all_labels.append(labels)
-                    if end:
-                        self.fire(end)
-        finally:
-            if was_training:
-                model.train()
-        local_preds = _concat(all_preds)
-        local_labels = _concat(all_labels) if all_labels else None
-        preds = dist.gather_nested(local_preds)
-        labels = dist.gather_nested(local_labels) if local_labels is not None else None
-        count = int(dist.reduce_scalars([count], op="sum")[0])
-        total = dist.all_reduce_sum(loss_sum) if has_loss else None
-        return _to_numpy(preds), _to_numpy(labels), (float(total) if total is not None else None), count
+        return result
 
     # ---- export ------------------------------------------------------------------
     def export(self, path: Optional[str] = None, input_spec=None, sample_batch=None) -> str:
-        """Save an inference model with ``paddle.jit.save`` and check it (see ``trainer.export``)."""
-        from .export import export_inference_model
-
+        """Save an inference model with ``paddle.jit.save`` and check it (see ``trainer.deploy.export``)."""
         return export_inference_model(self, path, input_spec=input_spec, sample_batch=sample_batch)
 
     # ---- checkpoints -----------------------------------------------------------
@@ -618,17 +574,15 @@ class Trainer(PaddleNLPAPI):
         returns. Without ``path`` it goes to ``output_dir/checkpoints/step-N``
         and moves ``checkpoints/latest`` once complete.
         """
-        from . import checkpoint_io as ckpt
-
         self.fire(Event.SAVE_BEGIN)
-        root = ckpt.checkpoints_dir(self.args.output_dir)
+        root = checkpoints_dir(self.args.output_dir)
         final = path or os.path.join(root, f"step-{self.state.global_step}")
         dist.broadcast_buffers(self.model)  # the saved BatchNorm statistics are the ones every rank uses
-        snap = ckpt.snapshot(self)
+        snap = snapshot(self)
         if self.is_main_process:
             self._writer.wait()
-            ckpt.remove_stale_temporaries(root)
-            self._writer.submit(lambda: ckpt.write_snapshot(snap, final, None if path else root),
+            ckpt_writer.remove_stale_temporaries(root)
+            self._writer.submit(lambda: ckpt_writer.write_snapshot(snap, final, None if path else root),
                                 background=self.args.save_async)
         self.state.last_checkpoint = final
         self.fire(Event.SAVE_END)
@@ -641,8 +595,6 @@ class Trainer(PaddleNLPAPI):
     def load_checkpoint(self, path: str) -> None:
         """Restore model, optimizer, scheduler, state, callbacks and RNG from ``path``
         (a checkpoint directory, or ``auto`` for the latest in ``output_dir``)."""
-        from .checkpoint_io import load_checkpoint
-
         self.fire(Event.LOAD_BEGIN)
         load_checkpoint(self, path)
         self.fire(Event.LOAD_END)
@@ -679,19 +631,6 @@ def _check_loss(loss: Any) -> None:
                             "reduce it (e.g. loss.mean())")
 
 
-def _labels_of(batch: Any, keys=("labels",)):
-    """The labels ``Trainer._forward`` uses: a mapping's label key (a tuple for several ``keys``), the last
-    item of a sequence of 2+; None when absent."""
-    if isinstance(batch, Mapping):
-        found = [batch[k] for k in keys if k in batch]
-        if not found:
-            return None
-        return found[0] if len(keys) == 1 else tuple(found)
-    if isinstance(batch, (list, tuple)) and len(batch) > 1:
-        return batch[-1]
-    return None
-
-
 def _accepts_return_outputs(method) -> bool:
     import inspect
 
@@ -715,43 +654,3 @@ def _loss_from_outputs(outputs: Any, required: bool = True):
         return None
     raise TrainingError("the model's output holds no loss and no loss_fn was given: "
                         "pass Trainer(loss_fn=...) or return the loss from the model")
-
-
-def _logits_from_outputs(outputs: Any):
-    if isinstance(outputs, paddle.Tensor):
-        return outputs
-    if isinstance(outputs, dict):
-        return outputs.get("logits", next(v for k, v in outputs.items() if k != "loss"))
-    if hasattr(outputs, "logits"):
-        return outputs.logits
-    if isinstance(outputs, (list, tuple)):
-        rest = [o for o in outputs if isinstance(o, paddle.Tensor) and o.size != 1] or list(outputs)
-        return rest[0] if len(rest) == 1 else tuple(rest)
-    return outputs
-
-
-def _batch_size(batch: Any) -> int:
-    """Rows in a batch, from tensor metadata (no device sync)."""
-    if isinstance(batch, Mapping):
-        batch = next(iter(batch.values()))
-    if isinstance(batch, (list, tuple)):
-        batch = batch[0]
-        if isinstance(batch, (list, tuple, dict)):
-            return _batch_size(batch)
-    return int(batch.shape[0]) if hasattr(batch, "shape") and len(batch.shape) else 1
-
-
-def _detach(value):
-    if isinstance(value, (list, tuple)):
-        return type(value)(_detach(v) for v in value)
-    return value.detach() if isinstance(value, paddle.Tensor) else value
-
-
-def _concat(parts: List[Any]):
-    if not parts:
-        return None
-    first = parts[0]
-    if isinstance(first, (list, tuple)):
-        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
-    return paddle.concat(parts, axis=0)
-

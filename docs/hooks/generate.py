@@ -71,14 +71,14 @@ def events_table() -> str:
 
 def _help_of(argv) -> str:
     """What ``ptrain ARGV`` prints (argparse help), at a fixed width."""
-    from trainer import cli
+    from trainer.cli import commands
 
     out = io.StringIO()
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"
     try:
         with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-            cli.main(list(argv))
+            commands.main(list(argv))
     finally:
         if old is None:
             os.environ.pop("COLUMNS", None)

@@ -5,7 +5,7 @@ and without padding duplicates, before it calls ``compute_metrics``; so these
 numpy functions see the whole evaluation set once, on any number of processes.
 
     >>> import numpy as np
-    >>> from trainer.trainer import EvalPrediction
+    >>> from trainer import EvalPrediction
     >>> logits = np.array([[2.0, 0.0], [0.0, 1.0], [0.0, 3.0], [1.0, 0.0]])
     >>> m = classification_metrics(EvalPrediction(logits, np.array([0, 1, 0, 0])))
     >>> round(m["accuracy"], 3), round(m["macro_f1"], 3)

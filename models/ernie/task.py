@@ -268,7 +268,7 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
     tokens; one ``{"input", "label", "score"}`` per text."""
     from paddlenlp.transformers import ErnieTokenizer
 
-    from trainer.export import create_predictor, run_predictor
+    from trainer.deploy.predictor import create_predictor, run_predictor
 
     from .tokenizer import encode
 

@@ -8,7 +8,7 @@ A sample counts for top-k when fewer than k classes score strictly higher than
 its label (ties go to the sample, and no sort is needed)::
 
     >>> import numpy as np
-    >>> from trainer.trainer import EvalPrediction
+    >>> from trainer import EvalPrediction
     >>> logits = np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2]])
     >>> classification_metrics(EvalPrediction(logits, np.array([2, 0])), k=2)
     {'accuracy': 0.5, 'top2_accuracy': 1.0}

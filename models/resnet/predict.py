@@ -18,7 +18,7 @@ from typing import List
 import numpy as np
 
 from trainer.errors import ConfigError, DataError
-from trainer.export import create_predictor, model_files, run_predictor
+from trainer.deploy.predictor import create_predictor, model_files, run_predictor
 
 from .imagefolder import read_rgb
 from .task_callbacks import PREPROCESS_FILE

@@ -15,7 +15,8 @@ import callbacks.export
 from callbacks import Callback, Export
 from trainer import Trainer, TrainingArguments
 from trainer.errors import CallbackError, ConfigError, DataError, TrainingError
-from trainer.export import create_predictor, export_inference_model, model_files, run_predictor
+from trainer.deploy.export import export_inference_model
+from trainer.deploy.predictor import create_predictor, model_files, run_predictor
 
 
 def args(out, **kw):

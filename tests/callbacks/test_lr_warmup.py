@@ -151,7 +151,7 @@ def test_resume_continues_the_schedule_exactly(tmp_path, scheduler):
 
 
 def test_resume_with_other_warmup_is_refused(tmp_path):
-    # a changed warmup would change the schedule of the resumed run: trainer.resume_check refuses it
+    # a changed warmup would change the schedule of the resumed run: trainer.checkpoint.resume refuses it
     resume_run(tmp_path / "a")
     args = dict(warmup_steps=4, lr_scheduler_type="cosine", max_steps=20, save_strategy="no")
     with pytest.raises(ConfigError, match=r"resume: warmup_steps was 8 in checkpoint .*step-10, this run has 4"):

@@ -125,7 +125,7 @@ def test_importing_the_project_does_not_import_paddlenlp():
 
 
 @pytest.mark.parametrize("module", ["trainer.args_aliases", "trainer.metric_keys", "trainer.compat.outputs",
-                                    "trainer.columns"])
+                                    "trainer.data.columns"])
 def test_docstring_examples(module):
     import doctest
     import importlib

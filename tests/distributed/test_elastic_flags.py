@@ -7,8 +7,9 @@ import sys
 import pytest
 from helpers import REPO
 
-from trainer.cli import _parser, main
-from trainer.launch import launch_command
+from trainer.cli import main
+from trainer.cli.parser import build_parser as _parser
+from trainer.launch.restarts import launch_command
 
 ENV = dict(os.environ, PYTHONPATH=REPO)
 FLAKY = '''import os, sys
@@ -49,7 +50,7 @@ def test_run_and_launch_share_the_launcher_flags():
     assert {k: getattr(run, k) for k in keys} == {k: getattr(launch, k) for k in keys}
     assert launch.script == "x.py" and launch.script_args == ["--lr", "1"]
     cmd = launch_command(launch, ["x.py"], "L", internal_restarts=3)
-    assert cmd[1].endswith("elastic_launch.py")  # the etcd client's protobuf setting, launcher process only
+    assert cmd[1].endswith(os.path.join("launch", "elastic.py"))  # the etcd client's protobuf setting, launcher process only
     assert cmd[cmd.index("--elastic_level") + 1] == "0" and cmd[cmd.index("--max_restart") + 1] == "2"
     assert cmd[cmd.index("--nnodes") + 1] == "1:2" and cmd[cmd.index("--job_id") + 1] == "j"
 
@@ -76,7 +77,7 @@ def test_launch_never_restarts_a_configuration_error(tmp_path):
 
 
 def test_a_restarted_job_resumes_from_its_newest_checkpoint_not_the_one_it_started_from(tmp_path, monkeypatch):
-    from trainer.launch import resume_after_restart
+    from trainer.checkpoint.resume import resume_after_restart
 
     out = str(tmp_path)
     monkeypatch.delenv("PTRAIN_RESUME", raising=False)

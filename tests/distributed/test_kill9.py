@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from helpers import REPO
 
-from trainer.checkpoint_io import LATEST, list_checkpoints, verify
+from trainer.checkpoint.manifest import LATEST, verify
+from trainer.checkpoint.store import list_checkpoints
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "kill_toy.py")
 ENV = dict(os.environ, PYTHONPATH=REPO)

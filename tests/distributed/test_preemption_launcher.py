@@ -17,7 +17,7 @@ import psutil
 import pytest
 from helpers import REPO, free_port
 
-from trainer.checkpoint_io import verify
+from trainer.checkpoint.manifest import verify
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 TOY = os.path.join(WORKERS, "preempt_toy.py")

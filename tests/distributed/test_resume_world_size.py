@@ -88,7 +88,7 @@ def test_every_sample_is_seen_once_per_epoch_from_the_resumed_position(runs):
 
 
 def test_three_processes_for_a_two_process_checkpoint_get_working_choices(runs):
-    from trainer.resume_check import plan_world_size, read_meta
+    from trainer.checkpoint.resume import plan_world_size, read_meta
 
     _, part, _ = runs
     meta = read_meta(os.path.join(part, "checkpoints", f"step-{STOP}"))

@@ -158,7 +158,7 @@ def test_pretrained_name_offline_says_how_to_pass_a_local_directory(tmp_path, da
 def test_chnsenticorp_recipe_fine_tunes_a_local_pretrained_directory(tmp_path, data_dir):
     """A directory written by save_pretrained stands in for ernie-1.0 under the chnsenticorp recipe
     (its amp fp16 runs in float32 on a CPU); two optimizer steps through the Trainer."""
-    from trainer.cli import resolve_run
+    from trainer.cli.run import resolve_run
 
     texts, _ = _synthetic(64, 2)
     model_dir = tmp_path / "my-ernie"

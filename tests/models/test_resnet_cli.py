@@ -34,7 +34,7 @@ def test_run_writes_results_and_an_inference_model_that_predict_uses(tmp_path):
 
     # two PNGs of test digits: one at the network's size, one larger (predict resizes)
     from models.resnet.data import render_digits, stratified_split
-    from trainer.export import create_predictor, run_predictor
+    from trainer.deploy.predictor import create_predictor, run_predictor
 
     images, labels = render_digits(32)
     test_index = stratified_split(labels, 0.1, 0.2, seed=0)[2][:2]

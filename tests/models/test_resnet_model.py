@@ -12,7 +12,7 @@ from models.resnet.metrics import classification_metrics, topk_accuracy
 from models.resnet.model import build_resnet, decay_parameter_names, last_block_norms, load_pretrained
 from trainer import Trainer, TrainingArguments
 from trainer.errors import ConfigError
-from trainer.trainer import EvalPrediction
+from trainer import EvalPrediction
 
 
 # ---- model ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, ToyDataset, make_mlp
 
 from trainer import DataError, Trainer, TrainingArguments, TrainingError
-from trainer.lock import JOB_ENV, LOCK_NAME
+from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME
 
 
 def ptrain(*argv, env_extra=None, timeout=300):

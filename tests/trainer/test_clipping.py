@@ -64,9 +64,9 @@ def test_docstring_examples_of_the_gpu_seams():
     import models.resnet.transforms
     import trainer.clipping
     import trainer.device
-    import trainer.export
+    import trainer.deploy.export
     import trainer.tensors
 
-    for module in (trainer.clipping, trainer.device, trainer.tensors, trainer.export, models.resnet.transforms):
+    for module in (trainer.clipping, trainer.device, trainer.tensors, trainer.deploy.export, models.resnet.transforms):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__

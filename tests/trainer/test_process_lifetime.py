@@ -12,7 +12,7 @@ import psutil
 import pytest
 from helpers import REPO
 
-from trainer.checkpoint_io import verify
+from trainer.checkpoint.manifest import verify
 
 TOY = os.path.join(REPO, "tests", "distributed", "workers", "lifetime_toy.py")
 ENV = dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS="3")

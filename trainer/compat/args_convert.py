@@ -27,7 +27,7 @@ logger = logging.getLogger("trainer")
 
 _HYBRID = "hybrid parallelism (sharding, tensor/pipeline/sep parallel) is not supported: data parallel only"
 _AUTO = "auto parallel and static-graph training are not supported: dynamic-graph data parallel only"
-_UC = "checkpoints have one format here (safetensors + manifest, trainer.checkpoint_io)"
+_UC = "checkpoints have one format here (safetensors + manifest, trainer.checkpoint)"
 
 FIELDS: Dict[str, Tuple[str, str]] = {
     "output_dir": ("default", "default output (required in PaddleNLP)"),

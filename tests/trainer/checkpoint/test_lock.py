@@ -1,0 +1,281 @@
+"""One job owns an output_dir: the lock, its races, its owner, the same job's ranks and restarts."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import paddle
+import pytest
+from helpers import REPO, ToyDataset, make_mlp
+
+from trainer import ConfigError, Trainer, TrainingArguments
+from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, RunLock
+
+RACE_TRIALS = int(os.environ.get("PTRAIN_LOCK_RACE_TRIALS", "40"))
+RACERS = 6
+
+
+def make(out):
+    args = TrainingArguments(output_dir=str(out), max_steps=2, report_to=[], save_strategy="no")
+    return Trainer(make_mlp(), args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss())
+
+
+def ptrain_env(**extra):
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+    for name in (JOB_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def ptrain(*argv, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "trainer.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=env or ptrain_env(), cwd=REPO)
+
+
+def test_second_run_while_the_first_lives_fails_naming_it(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname(), "started": 0}))
+        with pytest.raises(ConfigError, match=rf"output_dir {tmp_path} is in use by live process {sleeper.pid} on "):
+            make(tmp_path).fit()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": 0}))
+    state = make(tmp_path).fit()
+    assert state.status == "completed" and not (tmp_path / LOCK_NAME).exists()
+    assert "taking over the lock" in caplog.text
+
+
+def test_lock_from_another_host_is_not_guessed_away(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "some-other-node", "started": 0}))
+    with pytest.raises(ConfigError, match="in use by process 1 on host some-other-node"):
+        RunLock(str(tmp_path)).acquire()
+
+
+def test_lock_is_released_after_a_failed_run(tmp_path):
+    class Bad(Trainer):
+        def compute_loss(self, model, batch):
+            raise ValueError("boom")
+
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], save_strategy="no")
+    with pytest.raises(ValueError):
+        Bad(make_mlp(), args, train_dataset=ToyDataset(16)).fit()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_output_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match=rf"output_dir {blocker}/run cannot be created \(Not a directory\): choose a writable --output_dir"):
+        make(blocker / "run").fit()
+
+
+# ---- races and ownership ------------------------------------------------------------------
+def _racer(out: str, go_r: int, done_r: int, report_w: int) -> None:
+    """A forked child: wait for the start, try to take the lock, report, hold it until told, release."""
+    code = 0
+    try:
+        os.read(go_r, 1)
+        lock = RunLock(out)
+        try:
+            lock.acquire()
+            os.write(report_w, b"1" if lock.held else b"0")
+        except ConfigError:
+            os.write(report_w, b"0")
+        os.read(done_r, 1)
+        lock.release()
+    except BaseException:  # noqa: BLE001 - a child must never return into pytest
+        code = 1
+    os._exit(code)
+
+
+def test_racing_processes_never_both_own_the_lock(tmp_path):
+    """N processes start acquiring at the same instant; in every trial exactly one owns the lock.
+
+    Before: the lock existed empty between O_EXCL creation and close, and a racer took that for a
+    crashed owner's lock, deleted it and made its own (two owners). PTRAIN_LOCK_RACE_TRIALS runs more.
+    """
+    bad = []
+    for trial in range(RACE_TRIALS):
+        out = str(tmp_path / f"t{trial}")
+        os.makedirs(out)
+        go_r, go_w = os.pipe()
+        done_r, done_w = os.pipe()
+        report_r, report_w = os.pipe()
+        pids = []
+        for _ in range(RACERS):
+            pid = os.fork()
+            if pid == 0:
+                _racer(out, go_r, done_r, report_w)
+            pids.append(pid)
+        os.write(go_w, b"x" * RACERS)
+        answers = b""
+        deadline = time.time() + 60
+        while len(answers) < RACERS and time.time() < deadline:
+            answers += os.read(report_r, RACERS)
+        os.write(done_w, b"x" * RACERS)
+        codes = [os.waitpid(pid, 0)[1] for pid in pids]
+        for fd in (go_r, go_w, done_r, done_w, report_r, report_w):
+            os.close(fd)
+        if answers.count(b"1") != 1 or any(codes):
+            bad.append((trial, answers, codes))
+        assert not os.path.exists(os.path.join(out, LOCK_NAME)), "the owner's release left the lock behind"
+        assert [n for n in os.listdir(out) if n.startswith(LOCK_NAME)] == []
+    assert not bad, f"{len(bad)} of {RACE_TRIALS} trials had not exactly one owner: {bad[:5]}"
+
+
+def test_lock_never_exists_empty_and_names_its_owner(tmp_path):
+    lock = RunLock(str(tmp_path), job="job:test").acquire()
+    try:
+        record = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert record["pid"] == os.getpid() and record["job"] == "job:test" and record["token"] == lock.token
+        assert record["run"] == lock.run_id and lock.run_id
+        assert sorted(os.listdir(tmp_path)) == [LOCK_NAME]  # no temporary file left next to it
+    finally:
+        lock.release()
+
+
+def test_release_never_removes_a_lock_another_run_holds_now(tmp_path):
+    first = RunLock(str(tmp_path)).acquire()
+    # the lock changed hands meanwhile (e.g. taken over by another run): it is no longer ours
+    other = {"job": "run:other", "run": "r2", "token": "someone-else", "pid": os.getpid(),
+             "host": socket.gethostname(), "started": time.time()}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(other))
+    first.release()
+    assert json.loads((tmp_path / LOCK_NAME).read_text()) == other
+
+
+def test_same_job_new_rank0_on_another_host_takes_over_a_different_job_is_refused(tmp_path, monkeypatch):
+    """An elastic restart: the job's lock was taken by a node that is gone; the new rank 0 runs elsewhere."""
+    record = {"job": "job:elastic-7", "run": "run-of-job-7", "token": "t-old", "pid": 4242,
+              "host": "node-that-died", "started": 0}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match="in use by process 4242 on host node-that-died"):
+        RunLock(str(tmp_path), job="job:another").acquire(take_over_same_job=True)
+    monkeypatch.setenv("PADDLE_JOB_ID", "elastic-7")
+    from trainer.checkpoint.lock import job_key
+
+    lock = RunLock(str(tmp_path), job=job_key()).acquire(take_over_same_job=True)
+    now = json.loads((tmp_path / LOCK_NAME).read_text())
+    assert lock.held and now["token"] == lock.token and now["host"] == socket.gethostname()
+    assert now["run"] == "run-of-job-7"  # the same run goes on: its checkpoints stay its own
+    lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_trainer_of_the_job_holding_the_lock_shares_it(tmp_path, monkeypatch):
+    """A launched rank 0 (PTRAIN_JOB_ID from its ptrain) trains under its own job's lock and leaves it."""
+    holder = RunLock(str(tmp_path), job="job:mine").acquire()
+    try:
+        monkeypatch.setenv(JOB_ENV, "job:mine")
+        assert make(tmp_path).fit().status == "completed"
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == holder.token
+    finally:
+        holder.release()
+
+
+def test_launched_rank_of_the_job_never_refuses_itself(tmp_path):
+    """Before: every rank probed the lock in the CLI and failed against its own job's live holder."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (tmp_path / LOCK_NAME).write_text(json.dumps({
+            "job": "job:ours", "run": "r", "token": "parent", "pid": sleeper.pid, "host": socket.gethostname(),
+            "started": time.time()}))
+        env = ptrain_env(**{JOB_ENV: "job:ours", "PADDLE_TRAINER_ID": "0"})
+        proc = ptrain("run", "digits", "--output_dir", str(tmp_path), "--max_steps", "3", "--save_strategy", "no",
+                      "--evaluation_strategy", "no", "--report_to", "jsonl", env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == "parent"  # not ours to remove
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_ptrain_holds_the_lock_for_the_whole_command(tmp_path, monkeypatch):
+    """A second `ptrain run` on the same output_dir is refused at any point of the first command,
+    not only while the first is inside fit() (before: its results.json and checkpoints mixed)."""
+    from trainer.cli import commands
+
+    seen = {}
+
+    def second_run_during_first(task, options, args, dry_run):
+        seen["lock"] = json.loads((tmp_path / LOCK_NAME).read_text())
+        seen["second"] = ptrain("run", "digits", "--output_dir", str(tmp_path), "--max_steps", "2")
+        return 0
+
+    monkeypatch.delenv(JOB_ENV, raising=False)
+    monkeypatch.setattr(commands, "run_here", second_run_during_first)
+    assert commands.main(["run", "digits", "--output_dir", str(tmp_path), "--max_steps", "2"]) == 0
+    assert seen["lock"]["pid"] == os.getpid()
+    second = seen["second"]
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"output_dir {tmp_path} is in use by live process {os.getpid()}" in second.stderr
+    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+    assert not (tmp_path / LOCK_NAME).exists() and JOB_ENV not in os.environ
+
+
+def test_two_process_ptrain_run_is_owned_by_ptrain(tmp_path):
+    """`ptrain run --nproc 2`: the ptrain process owns the lock, both ranks run, the lock is gone at the end."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "digits", "--nproc", "2",
+                             "--output_dir", str(out), "--max_steps", "6", "--save_steps", "3",
+                             "--evaluation_strategy", "no", "--report_to", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ptrain_env(), cwd=REPO)
+    owners = set()
+    try:
+        while proc.poll() is None:
+            try:
+                owners.add(json.loads((out / LOCK_NAME).read_text())["pid"])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert owners == {proc.pid}
+    assert not (out / LOCK_NAME).exists()
+    assert (out / "checkpoints" / "step-6").is_dir()
+
+
+def test_two_nodes_of_one_job_share_the_lock(tmp_path):
+    """Two `ptrain run --nnodes 2 --master ... --rank R` on one shared output_dir (two nodes on loopback):
+    the job's identity is its master, so the second node shares the first one's lock instead of refusing."""
+    from helpers import free_port
+
+    out, master = tmp_path / "run", f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen([sys.executable, "-m", "trainer.cli", "run", "digits", "--nnodes", "2", "--master", master,
+                               "--rank", str(rank), "--nproc", "1", "--output_dir", str(out), "--max_steps", "6",
+                               "--save_strategy", "steps", "--save_steps", "3", "--evaluation_strategy", "no",
+                               "--report_to", "jsonl"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ptrain_env(), cwd=REPO)
+             for rank in (0, 1)]
+    jobs = set()
+    try:
+        while any(n.poll() is None for n in nodes):
+            try:
+                jobs.add(json.loads((out / LOCK_NAME).read_text())["job"])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        results = [n.communicate(timeout=60) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+                n.wait()
+    assert [n.returncode for n in nodes] == [0, 0], [err[-2000:] for _, err in results]
+    assert jobs == {f"master:{master}"}
+    assert not (out / LOCK_NAME).exists() and (out / "checkpoints" / "step-6").is_dir()

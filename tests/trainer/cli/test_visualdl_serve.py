@@ -1,0 +1,65 @@
+"""``ptrain visualdl``: VisualDL's real server on a real run's logdir answers a plain HTTP
+client (urllib, no Accept-Language header), which plain ``visualdl`` 2.5.3 answers with HTTP 500."""
+
+import doctest
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from helpers import REPO, free_port
+
+import trainer.cli.visualdl_serve
+
+
+def get(url, language=None, timeout=30):
+    request = urllib.request.Request(url, headers={"Accept-Language": language} if language else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_pages_and_api_answer_without_accept_language(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    run = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "20", "--output_dir",
+                          "run", "--disable_tqdm", "true"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "trainer.cli", "visualdl", "--logdir", "run", "--host",
+                               "127.0.0.1", "--port", str(port)], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180  # a busy machine imports paddle and visualdl slowly
+        while True:
+            try:
+                if get(base + "/alive", timeout=5)[0] == 204:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            assert server.poll() is None and time.time() < deadline, "the VisualDL server did not start"
+            time.sleep(0.5)
+        for path in ("/", "/app/index", "/app/scalar"):
+            status, body = get(base + path)
+            assert status == 200 and "<html" in body.lower(), (path, status)
+        assert get(base + "/app/index", "fr-FR")[0] == 200  # a language visualdl lacks falls back too
+        assert get(base + "/app/index", "zh-CN,zh;q=0.9")[0] == 200
+        status, body = get(base + "/app/api/scalar/tags")
+        assert status == 200 and "train/loss" in body
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_docstring_examples_run():
+    result = doctest.testmod(trainer.cli.visualdl_serve)
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,21 @@
+"""The run's files: checkpoints, their manifest, resume, and who owns the output_dir.
+
+Owns: the checkpoint format and its checks (``manifest``), the directory of
+checkpoints and the choice of the one to resume (``store``), what a checkpoint
+holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``),
+restoring a trainer (``load``), what may change on resume (``resume``), and the
+output_dir's owner (``lock``, ``output_dir``).
+
+May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``,
+``trainer.tensors``, ``trainer.data``); never the loop itself, the launcher,
+the commands or ``callbacks``.
+
+Used by: ``trainer.Trainer`` (save, load, claim), the checkpoint, preemption and
+spike-recovery callbacks, ``trainer.launch`` (is there a checkpoint to resume)
+and ``trainer.cli`` (inspect, claim for a command).
+"""
+
+#: Set to ``auto`` by ``ptrain``'s launcher for every worker of a restarted (or elastic) job: ``Trainer.fit``
+#: then resumes from the newest complete checkpoint (``resume.resume_after_restart``). Defined here, where
+#: importing it loads nothing, so the launcher names it without importing paddle.
+RESUME_ENV = "PTRAIN_RESUME"

@@ -1,0 +1,73 @@
+"""Restoring a trainer from a verified checkpoint: everything :func:`~trainer.checkpoint.snapshot.snapshot` took."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import paddle
+
+from .. import distributed as dist
+from ..errors import ConfigError, DataError
+from .manifest import read_checkpoint
+from .resume import plan_world_size
+from .rng import set_rng_state
+from .snapshot import join_optimizer_state, param_name_map
+from .store import resolve
+
+logger = logging.getLogger("trainer.checkpoint")
+
+
+def load_checkpoint(trainer, path: str) -> Optional[str]:
+    """Restore everything :func:`snapshot` took. ``auto`` with no checkpoint is a no-op (returns None).
+
+    Every file is read and checked before anything is changed; state that
+    still cannot be applied raises DataError, so no run trains on a
+    half-restored state.
+    """
+    resolved = resolve(path, trainer.args.output_dir)
+    if resolved is None:
+        return None
+    meta, model_state, opt_tensors = read_checkpoint(resolved)
+    own = trainer.model.state_dict()
+    missing = sorted(set(own) - set(model_state))
+    unexpected = sorted(set(model_state) - set(own))
+    mismatched = sorted(k for k in set(own) & set(model_state) if list(own[k].shape) != list(model_state[k].shape))
+    if missing or unexpected or mismatched:
+        detail = "; ".join(part for part in (
+            f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
+            f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
+        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
+    try:
+        adapt_to_world_size(trainer, meta)
+        trainer.model.set_state_dict({k: paddle.to_tensor(v).astype(own[k].dtype) for k, v in model_state.items()})
+        names = param_name_map(trainer.model)
+        trainer.optimizer.set_state_dict(join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
+        if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
+            trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
+        trainer.state.load_state_dict(meta["state"])
+        unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
+        window = meta.get("loss_window")
+        if window:  # every rank carries the ranks' mean: the logged mean over ranks comes out the same
+            trainer._loss_sum = paddle.to_tensor(window["sum"], dtype="float32")
+            trainer._loss_steps = int(window["steps"])
+        if meta["world_size"] == dist.get_world_size():
+            set_rng_state(meta["rng_per_rank"][dist.get_rank()])
+        else:
+            logger.warning("checkpoint %s was written by %d processes, this run has %d: the RNG states are not "
+                           "restored", resolved, meta["world_size"], dist.get_world_size())
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - paddle's set_state_dict raises asserts and RuntimeErrors
+        raise DataError(f"checkpoint {resolved} holds state this run cannot take ({type(exc).__name__}: {exc}): "
+                        "it is damaged or from an incompatible version") from None
+    if unclaimed and dist.is_main_process():
+        logger.warning(
+            "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
+    return resolved
+
+
+def adapt_to_world_size(trainer, meta: dict) -> None:
+    """Resuming on another number of processes keeps the global batch through accumulation
+    (``trainer.checkpoint.resume.plan_world_size``; fit() has applied it before planning the schedule)."""
+    plan_world_size(trainer.args, meta, trainer.world_size)

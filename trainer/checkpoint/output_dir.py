@@ -1,0 +1,113 @@
+"""Who owns an output_dir, and whose checkpoints it holds.
+
+A run claims its output_dir before any work (:func:`claim`): the run lock
+(``trainer.checkpoint.lock``), then the reuse rule:
+
+- a fresh run (no ``resume_from_checkpoint``) into an output_dir that holds
+  another run's checkpoints is refused with one line, unless
+  ``overwrite_output_dir``: then ``checkpoints/`` is first renamed to
+  ``.checkpoints-overwritten-<id>`` (one atomic step: from then on no old
+  checkpoint can be resumed or rotated), then deleted, and the old
+  ``results.json`` is deleted; a kill during the delete leaves only the hidden
+  directory, which the next claim removes;
+- each run has a run id (``state.run_id``), recorded in every checkpoint's
+  manifest; a resumed run continues the run id of the checkpoint it resumed,
+  so rotation and ``auto`` only ever see the current run's checkpoints.
+
+``ptrain run`` claims for the whole command (:func:`claim_for_command`);
+``Trainer.fit()`` claims again on rank 0, which shares the lock of its own job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from typing import Iterator, Optional
+
+from ..errors import ConfigError
+from .lock import RunLock, hold_for_command, job_key
+from .manifest import checkpoint_run_id, checkpoints_dir
+from .store import list_checkpoints
+from .writer import remove_stale_temporaries
+
+logger = logging.getLogger("trainer.output_dir")
+OVERWRITTEN = ".checkpoints-overwritten-"
+
+
+class Claim:
+    """What :func:`claim` returns: the lock (None off rank 0) and the run id of a fresh run."""
+
+    def __init__(self, lock: Optional[RunLock], run_id: str = ""):
+        self.lock = lock
+        self.run_id = run_id or (lock.run_id if lock is not None else "")
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def claim(args, is_main_process: bool, resume: Optional[str], continuing: str = "") -> Claim:
+    """Lock ``args.output_dir`` (rank 0) and apply the reuse rule; the other ranks touch nothing.
+
+    ``continuing``: the run id of a trainer whose earlier fit() this one continues (its checkpoints
+    are its own).
+    """
+    if not is_main_process:
+        return Claim(None, continuing)
+    lock = RunLock(args.output_dir).acquire(take_over_same_job=True)
+    try:
+        check_reuse(args.output_dir, continuing or lock.run_id, resume, args.overwrite_output_dir)
+    except BaseException:
+        lock.release()
+        raise
+    return Claim(lock, continuing)
+
+
+def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: bool) -> None:
+    """Refuse (or, with ``overwrite``, clear) another run's checkpoints before a fresh run starts."""
+    root = checkpoints_dir(output_dir)
+    _remove_overwritten(output_dir)
+    remove_stale_temporaries(root)
+    if resume:
+        return  # resuming continues the run it resumes (auto: the run `latest` names)
+    others = [p for p in list_checkpoints(output_dir) if checkpoint_run_id(p) != run_id]
+    if not others:
+        return
+    if not overwrite:
+        newest = os.path.basename(others[0])
+        raise ConfigError(f"output_dir {output_dir} holds checkpoints of an earlier run (newest {newest}): continue "
+                          "it with --resume_from_checkpoint auto, start afresh with --overwrite_output_dir true, or "
+                          "use another --output_dir")
+    aside = os.path.join(output_dir, OVERWRITTEN + (run_id or str(os.getpid())))
+    try:
+        os.rename(root, aside)
+    except OSError as exc:
+        raise ConfigError(f"overwrite_output_dir: cannot move {root} aside ({exc.strerror}): fix its permissions "
+                          "or use another --output_dir") from None
+    logger.warning("overwrite_output_dir: removing %d checkpoint(s) of an earlier run from %s", len(others), output_dir)
+    shutil.rmtree(aside, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(output_dir, "results.json"))
+
+
+def _remove_overwritten(output_dir: str) -> None:
+    """Finish deleting checkpoints an overwrite moved aside before it was killed."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(output_dir):
+            if name.startswith(OVERWRITTEN):
+                shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def claim_for_command(args, ns) -> Iterator[None]:
+    """``ptrain run``: hold output_dir from here to the command's last line (not in a launched rank,
+    whose job's ptrain already holds it, nor a rank of a raw launcher, whose rank 0 claims in fit())."""
+    if "PADDLE_TRAINER_ID" in os.environ:
+        yield
+        return
+    job = job_key(getattr(ns, "job_id", None), getattr(ns, "master", None), getattr(ns, "ips", None))
+    with hold_for_command(args.output_dir, job) as lock:
+        check_reuse(args.output_dir, lock.run_id, args.resume_from_checkpoint, args.overwrite_output_dir)
+        yield

@@ -1,0 +1,153 @@
+"""What a checkpoint holds, copied to host memory at the step: :func:`snapshot` (a collective).
+
+Rank-local state (RNG) of every rank is gathered to rank 0; the rest is
+replicated and taken from rank 0. Optimizer tensors are keyed by structured
+parameter names (``fc.weight``), not paddle's unique names, so a checkpoint
+loads into a model built again.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import paddle
+
+from .. import distributed as dist
+from ..tensors import to_numpy
+from .manifest import FORMAT_VERSION
+from .rng import rng_state
+
+
+def _to_numpy(t: paddle.Tensor) -> np.ndarray:
+    return to_numpy(t, keep_float16=True)  # numpy has no bfloat16: float32 holds every bfloat16 value exactly
+
+
+def param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
+    """paddle's unique parameter names (``linear_0.w_0``) -> structured names (``fc.weight``)."""
+    return {p.name: name for name, p in model.named_parameters()}
+
+
+def _split_optimizer_state(opt_state: dict, names: Dict[str, str]) -> Tuple[dict, dict]:
+    """Tensors (renamed to structured names) and JSON scalars of an optimizer state_dict."""
+    tensors, scalars = {}, {}
+    by_len = sorted(names, key=len, reverse=True)
+
+    def rename(key: str) -> str:
+        for raw in by_len:
+            if key.startswith(raw + "_") or key == raw:
+                return "param:" + names[raw] + key[len(raw):]
+        return key
+
+    for key, value in opt_state.items():
+        if key == "LR_Scheduler":
+            scalars[key] = value
+        elif key == "master_weights" and isinstance(value, dict):
+            for raw, t in value.items():
+                tensors["master:" + names.get(raw, raw)] = _to_numpy(t)
+        elif isinstance(value, paddle.Tensor):
+            tensors[rename(key)] = _to_numpy(value)
+        else:
+            scalars[key] = value
+    return tensors, scalars
+
+
+def join_optimizer_state(tensors: dict, scalars: dict, names: Dict[str, str]) -> dict:
+    back = {structured: raw for raw, structured in names.items()}
+    out: dict = dict(scalars)
+    masters = {}
+    for key, array in tensors.items():
+        if key.startswith("master:"):
+            structured = key[len("master:"):]
+            masters[back.get(structured, structured)] = paddle.to_tensor(array)
+            continue
+        if key.startswith("param:"):
+            rest = key[len("param:"):]
+            for structured in sorted(back, key=len, reverse=True):
+                if rest.startswith(structured + "_") or rest == structured:
+                    key = back[structured] + rest[len(structured):]
+                    break
+        out[key] = paddle.to_tensor(array)
+    if masters:
+        out["master_weights"] = masters
+    return out
+
+
+
+def snapshot(trainer) -> dict:
+    """Copy everything a checkpoint holds to host memory (the only part that runs at the step).
+
+    A collective: every rank must call it. Rank-local state (RNG) of every
+    rank is gathered to rank 0; the rest is replicated and taken from rank 0.
+    """
+    rank_states = _gather_json(rng_state())
+    loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
+    if not dist.is_main_process():
+        return {}
+    model = trainer.model
+    names = param_name_map(model)
+    opt_tensors, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names)
+    scheduler = trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None
+    return {
+        "model": {k: _to_numpy(v) for k, v in model.state_dict().items()},
+        "optimizer": opt_tensors,
+        "meta": {
+            "format_version": FORMAT_VERSION,
+            "optimizer_scalars": _plain(opt_scalars),
+            "lr_scheduler": _plain(scheduler),
+            "state": trainer.state.state_dict(),
+            "callbacks": _plain(trainer.callbacks.state_dict()),
+            "rng_per_rank": rank_states,
+            "args": trainer.args.to_dict(),
+            "world_size": trainer.world_size,
+            "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
+            "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
+            "loss_window": loss_window,
+        },
+        "step": trainer.state.global_step,
+        "run_id": trainer.state.run_id,
+    }
+
+
+def _loss_window(trainer) -> Optional[dict]:
+    """The loss summed since the last log record (mean over ranks) and the steps in it, so a resumed run logs
+    the same value for the window that spans the interruption. One host read, at a save."""
+    steps = getattr(trainer, "_loss_steps", 0)
+    if not steps:
+        return None
+    return {"sum": float(dist.all_reduce_mean(trainer._loss_sum)), "steps": int(steps)}
+
+
+def _gather_json(value) -> list:
+    """Every rank's JSON-able ``value``, in rank order (on every rank)."""
+    if not dist.is_distributed():
+        return [value]
+    data = np.frombuffer(json.dumps(value).encode("utf-8"), dtype=np.uint8)
+    local = paddle.to_tensor(data.astype("int32")).reshape([1, -1])
+    sizes = _gather_sizes(local.shape[1])
+    padded = paddle.concat([local, paddle.zeros([1, max(sizes) - local.shape[1]], dtype="int32")], axis=1) \
+        if local.shape[1] < max(sizes) else local
+    rows = dist.all_gather_uneven(padded).numpy()
+    return [json.loads(bytes(row[:n].astype(np.uint8)).decode("utf-8")) for row, n in zip(rows, sizes)]
+
+
+def _gather_sizes(n: int) -> list:
+    t = dist.all_gather_uneven(paddle.to_tensor([n], dtype="int64"))
+    return [int(v) for v in t.numpy()]
+
+
+
+def _plain(value):
+    """JSON-able copy: tensors and numpy become lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, paddle.Tensor):
+        return value.numpy().tolist()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,181 @@
+"""Writing checkpoints complete-or-nothing.
+
+:func:`write_snapshot` runs on rank 0, in :class:`CheckpointWriter`'s
+background thread or inline: it writes into ``.tmp-step-<N>-<pid>``, fsyncs
+every file, writes the manifest last, renames the directory into place, and
+only then moves the ``latest`` pointer (written to a temporary file and
+``os.replace``-d). A failed or killed save leaves the previous checkpoints and
+``latest`` untouched; its temporary directory is removed by the next save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from typing import Optional
+
+import paddle
+from safetensors.numpy import save_file as np_save_file
+
+from ..errors import TrainingError
+from .lock import pid_alive
+from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: str, value) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+
+
+class CheckpointWriter:
+    """Writes checkpoints in one background thread, one at a time.
+
+    ``submit`` waits for the previous write first, so at most one save is in
+    flight. An error in the writer is kept and raised (as TrainingError) by the
+    next ``wait`` or ``raise_if_failed``: training stops with it, never silently.
+    """
+
+    def __init__(self):
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def submit(self, job, background: bool) -> None:
+        self.wait()
+        if not background:
+            job()
+            return
+        self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self, job) -> None:
+        try:
+            job()
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread
+            self._error = exc
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            if isinstance(error, TrainingError):  # already names the checkpoint and the file
+                raise error
+            raise TrainingError(f"saving a checkpoint failed: {type(error).__name__}: {error}") from error
+
+
+
+def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
+    """Write a snapshot into ``final`` (complete or not at all); then move ``latest``.
+
+    An OSError becomes a TrainingError naming the file (a full disk, a read-only directory).
+    """
+    try:
+        _write_checkpoint(snap, final)
+        if publish_root is not None:
+            _publish_latest(publish_root, os.path.basename(final))
+    except OSError as exc:
+        where = exc.filename or final
+        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
+                            "kept: free space or fix the permissions, then resume with --resume_from_checkpoint auto") from exc
+    return final
+
+
+def _write_checkpoint(snap: dict, final: str) -> None:
+    parent = os.path.dirname(os.path.abspath(final))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".tmp-{os.path.basename(final)}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        for part in ("model", "optimizer"):
+            target = os.path.join(tmp, f"{part}.safetensors")
+            try:
+                np_save_file(snap[part], target)
+            except Exception as exc:  # safetensors raises its own error, without the file's name
+                found = re.search(r"os error (\d+)", str(exc))
+                code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
+                if not code:
+                    raise
+                raise OSError(code, os.strerror(code), target) from exc
+        _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
+        files = {}
+        for name in sorted(os.listdir(tmp)):
+            full = os.path.join(tmp, name)
+            _fsync_file(full)
+            files[name] = {"bytes": os.path.getsize(full), "sha256": sha256_file(full)}
+        _write_json(os.path.join(tmp, MANIFEST), {
+            "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
+            "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
+        _fsync_file(os.path.join(tmp, MANIFEST))
+        _fsync_dir(tmp)
+        if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
+            old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def remove_stale_temporaries(root: str) -> None:
+    """Delete ``.tmp-*``/``.old-*``/``.deleting-*`` directories and ``.latest.tmp-*`` files left by a process
+    that died mid-save or mid-rotation (rank 0, at the start of fit() and before a save)."""
+    if not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if name.startswith((".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-")):
+            pid = name.rsplit("-", 1)[-1]
+            if name.startswith(".deleting-") or not (pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))):
+                full = os.path.join(root, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(full)
+
+
+def _publish_latest(root: str, name: str) -> None:
+    tmp = os.path.join(root, f".{LATEST}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(name + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(root, LATEST))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    _fsync_dir(root)

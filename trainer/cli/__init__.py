@@ -1,0 +1,18 @@
+"""The ``ptrain`` commands and the console.
+
+Owns: the argument parser and its usage text (``parser``), the entry point and
+the small commands (``commands``: list, predict, inspect, launch), a task's run
+in this process and the script paddle's launcher runs for it (``run``,
+``worker_entry``), the task registry (``tasks``), ``ptrain inspect``'s report
+(``describe``), ``ptrain verify-resume`` (``verify_resume``), ``ptrain visualdl``
+(``visualdl_serve``), and what the console shows (``console``).
+
+May import: every other room of ``trainer`` and the public ``callbacks``
+package; nothing imports this room but the ``ptrain`` entry point
+(``trainer.cli:main``) and ``python -m trainer.cli``. Tasks (``models.*``)
+register through entry points and never import it.
+"""
+
+from .commands import main
+
+__all__ = ["main"]

@@ -1,0 +1,113 @@
+"""``ptrain``: the command line's entry point and its commands (the usage is in ``trainer.cli.parser``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+from ..errors import ConfigError, DataError, TrainerError
+from ..launch.flags import check_launch_flags, wants_launch
+from ..launch.restarts import launch_with_restarts
+from ..process import install_startup_handlers
+from .parser import build_parser
+from .run import resolve_run, run_here, run_target
+from .tasks import available_tasks, get_task
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(predict_help=argv[:1] == ["predict"] and ("-h" in argv or "--help" in argv))
+    ns, extra = parser.parse_known_args(argv)
+    from .console import configure  # before paddle loads: the quiet console (--verbose: everything)
+
+    configure(verbose=getattr(ns, "verbose", False), main_process=os.environ.get("PADDLE_TRAINER_ID", "0") == "0")
+    debug = getattr(ns, "debug", False)
+    try:
+        if ns.command == "list":
+            return _cmd_list()
+        if ns.command == "visualdl":
+            from .visualdl_serve import main as visualdl_main
+
+            return visualdl_main(extra)
+        if ns.command == "inspect":
+            return _cmd_inspect(ns.checkpoint)
+        if ns.command == "verify-resume":
+            from .verify_resume import main as verify_resume_main
+
+            if ns.steps < 1:
+                raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
+            return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
+        if ns.command == "launch":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+            return _cmd_launch(ns)
+        if ns.command == "predict":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
+            return _cmd_predict(ns.task, ns.model, ns.inputs)
+        return _cmd_run(ns, extra, argv)
+    except TrainerError as exc:
+        if debug:
+            raise
+        print(f"ptrain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ptrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def _cmd_list() -> int:
+    for name in sorted(available_tasks()):
+        task = get_task(name)
+        print(f"{name:<12} {task.description}")
+        print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
+    return 0
+
+
+def _cmd_predict(task_name: str, model_dir: str, inputs: List[str]) -> int:
+    task = get_task(task_name)
+    if task.predict is None:
+        raise ConfigError(f"task {task_name} has no predict: it cannot classify raw inputs")
+    if not os.path.isdir(model_dir):
+        raise ConfigError(f"--model {model_dir} does not exist: give the inference directory of a finished run")
+    for row in task.predict(model_dir, inputs):
+        print(json.dumps(row, ensure_ascii=False, sort_keys=True))
+    return 0
+
+
+def _cmd_inspect(path: str) -> int:
+    from ..checkpoint.manifest import verify
+    from .describe import describe, resolve_pointer
+
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} does not exist: give a checkpoint directory or a run's output_dir")
+    print(describe(path))
+    target = resolve_pointer(path)
+    if os.path.isfile(os.path.join(target, "manifest.json")) or not os.path.isdir(os.path.join(path, "checkpoints")):
+        try:
+            verify(target)
+        except DataError:
+            return DataError.exit_code  # the report above says which file is wrong
+    return 0
+
+def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
+    task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
+    check_launch_flags(ns)
+    if ns.dry_run:
+        return run_here(task, options, args, dry_run=True)
+    from ..checkpoint.output_dir import claim_for_command
+
+    with claim_for_command(args, ns):  # one job owns output_dir until this command's last line
+        if wants_launch(ns):
+            return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
+        return run_here(task, options, args, dry_run=False)
+
+
+def _cmd_launch(ns) -> int:
+    check_launch_flags(ns)
+    if not os.path.isfile(ns.script):
+        raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+    return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")

@@ -1,0 +1,102 @@
+"""``ptrain run`` in this process: a task's run resolved from its recipe, --config and --field flags, then
+trained, evaluated and reported; and the script paddle's launcher runs for it on every process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import List, Optional
+
+from ..args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_overrides
+from ..errors import ConfigError
+from ..launch.flags import LAUNCH_FLAGS, drop_flags
+from .tasks import get_task
+
+
+def run_target(argv: List[str]) -> List[str]:
+    """What the launcher runs for ``ptrain run ...``: this command again, without the launcher flags."""
+    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_entry.py")] + drop_flags(argv, LAUNCH_FLAGS)
+
+
+def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], overrides: List[str]):
+    """Task, options and TrainingArguments for a run: recipe < --config < --field overrides."""
+    user_values, user_file = {}, None
+    if task_name.endswith((".yaml", ".yml")) and os.path.isfile(task_name):
+        user_file, user_values = task_name, dict(load_yaml_mapping(task_name))
+        task_name = user_values.pop("task", None)
+        if not isinstance(task_name, str):
+            raise ConfigError(f"{user_file}: a recipe file given as `ptrain run FILE` names its task at the top "
+                              "(task: ernie), then any TrainingArguments fields and task options")
+        base = user_values.pop("recipe", None)
+        recipe = recipe or base
+        user_values.pop("description", None)
+    task = get_task(task_name)
+    recipe_path = task.recipe_path(recipe or task.default_recipe)
+    doc = load_yaml_mapping(recipe_path)
+    unknown = set(doc) - {"description", "task", "args"}
+    if unknown:
+        raise ConfigError(f"{recipe_path}: unknown section(s) {sorted(unknown)}: a recipe has description, task and args")
+    arg_values = dict(doc.get("args") or {})
+    arg_names, option_names = TrainingArguments.field_names(), task.option_names()
+    TrainingArguments.check_keys(arg_values, source=recipe_path)
+    if config:
+        config_values = load_yaml_mapping(config)
+        TrainingArguments.check_keys(config_values, source=config)
+        arg_values.update(config_values)
+    parsed = parse_overrides(overrides, arg_names + option_names)
+    option_values = dict(doc.get("task") or {})
+    for key, value in user_values.items():  # the user's file: over the recipe, under --field flags
+        if key not in arg_names and key not in option_names:
+            raise ConfigError(f"{user_file}: '{key}' is neither a TrainingArguments field nor an option of task "
+                              f"{task.name} (see ptrain run {task.name} --dry_run)")
+        (arg_values if key in arg_names else option_values)[key] = value
+    for key, value in parsed.items():
+        (arg_values if key in arg_names else option_values)[key] = value
+    for key in option_values:
+        if key not in option_names:
+            raise ConfigError(f"{recipe_path}: unknown option '{key}' for task {task.name}: options are {', '.join(option_names)}")
+    args = TrainingArguments.from_dict(arg_values, source=recipe_path)
+    options = task.options_class(**coerce_fields(task.options_class, option_values))
+    return task, options, args
+
+def run_here(task, options, args, dry_run: bool) -> int:
+    from .. import distributed as dist  # paddle and the loop load here, after the cheap checks
+    from ..trainer import Trainer
+
+    dist.select_device(args.device)  # the launcher's card, before the task makes any tensor
+    run = task.build(options, args)
+    trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
+                      loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
+                      callbacks=run.callbacks)
+    if dry_run:
+        print(f"task: {task.name}  options: {options}")
+        print("info: " + json.dumps(run.info, sort_keys=True))
+        print("args: " + json.dumps(args.to_dict(), sort_keys=True))
+        print(trainer.describe_callbacks())
+        return 0
+    start = time.time()
+    state = trainer.fit()
+    if state.status == "preempted":
+        code = state.exit_code
+        if dist.is_main_process():
+            print(f"ptrain: preempted at step {state.global_step}; checkpoint saved: resume with "
+                  f"--resume_from_checkpoint auto", file=sys.stderr)
+        return code
+    results = {"task": task.name, "status": state.status, "global_step": state.global_step,
+               "train_seconds": round(time.time() - start, 2), **run.info}
+    if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
+        final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None
+        results.update(final or trainer.evaluate())
+    if run.test_dataset is not None:
+        results.update(trainer.predict(run.test_dataset).metrics)
+    if dist.is_main_process():
+        path = os.path.join(args.output_dir, "results.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+        shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
+        print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
+        extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
+        print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/{extra})")
+    return 0

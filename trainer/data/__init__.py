@@ -1,0 +1,23 @@
+"""Data for the loop: samplers, loaders, streams, column filtering, and what a batch holds.
+
+Owns: the resumable training sampler and the sharded evaluation sampler
+(``samplers``), loaders and their workers (``loader``), ``IterableDataset``
+streams sharded by rank (``iterable``), dropping the columns a model does not
+take (``columns``), naming the sample behind a bad batch (``batch_errors``), and
+reading a batch's size and labels (``batch``).
+
+May import: ``trainer.errors``, ``trainer.process`` (DataLoader workers die with
+the training process) and ``callbacks.base`` (a stream's position travels in
+checkpoints as a callback's state); never the loop, checkpoints, the launcher or
+the commands.
+
+Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.checkpoint.resume``
+(the training set's length), and tasks that bring their own sampler
+(``models.ernie.batching``).
+"""
+
+from .loader import InProcessLoader, SeededDataset, abandon_iterator, close_iterator, dataset_length, make_loader
+from .samplers import ResumableDistributedBatchSampler, ShardedEvalSampler
+
+__all__ = ["InProcessLoader", "ResumableDistributedBatchSampler", "SeededDataset", "ShardedEvalSampler",
+           "abandon_iterator", "close_iterator", "dataset_length", "make_loader"]

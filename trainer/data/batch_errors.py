@@ -1,0 +1,105 @@
+"""Bad samples named: which sample index, which field, what is wrong (DataError, exit 3).
+
+Without DataLoader workers the batch is built in the training process
+(``trainer.data.InProcessLoader``), so a failing ``__getitem__``, samples whose
+shapes differ, or a ``__len__`` larger than the data surface here with the
+sample index instead of a bare paddle or numpy error. Labels outside the
+model's classes are found when the loss raises (``label_error``): only then are
+the labels copied to the host, so a healthy step pays nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import DataError, TrainerError
+
+
+def load_batch(dataset, indices: Sequence[int], collate_fn) -> Any:
+    """``collate_fn([dataset[i] for i in indices])``; a failure is a DataError naming the sample and field."""
+    samples = []
+    for i in indices:
+        try:
+            samples.append(dataset[i])
+        except TrainerError:
+            raise
+        except IndexError as exc:
+            raise DataError(f"sample {i} cannot be read (IndexError: {exc}): the dataset's __len__ says "
+                            f"{_len(dataset)} but __getitem__({i}) fails: make __len__ return the number of samples") from exc
+        except Exception as exc:
+            raise DataError(f"sample {i} cannot be loaded ({type(exc).__name__}: {exc}): "
+                            "fix or remove that sample") from exc
+    try:
+        return collate_fn(samples)
+    except TrainerError:
+        raise
+    except Exception as exc:
+        where = _mismatch(samples, list(indices))
+        raise DataError(f"the batch of samples {list(indices)[:16]} cannot be collated ({type(exc).__name__}: "
+                        f"{exc}){': ' + where if where else ''}: give every sample of a field the same shape "
+                        "or pass a collate_fn that pads") from exc
+
+
+def _len(dataset) -> str:
+    try:
+        return str(len(dataset))
+    except Exception:  # noqa: BLE001 - only for the message
+        return "?"
+
+
+def _fields(sample) -> List[tuple]:
+    """(field name, value) pairs of one sample: tuple positions or dict keys."""
+    if isinstance(sample, dict):
+        return list(sample.items())
+    if isinstance(sample, (list, tuple)):
+        return [(f"field {k}", v) for k, v in enumerate(sample)]
+    return [("the sample", sample)]
+
+
+def _shape(value) -> Optional[tuple]:
+    try:
+        return tuple(np.shape(value))
+    except Exception:  # noqa: BLE001 - ragged values have no shape
+        return None
+
+
+def _mismatch(samples: list, indices: List[int]) -> str:
+    """Which field of which sample differs from the batch's first sample (shape or structure)."""
+    if not samples:
+        return ""
+    first = _fields(samples[0])
+    for sample, index in zip(samples[1:], indices[1:]):
+        fields = _fields(sample)
+        if [name for name, _ in fields] != [name for name, _ in first]:
+            return (f"sample {index} has fields {[n for n, _ in fields]}, sample {indices[0]} has "
+                    f"{[n for n, _ in first]}")
+        for (name, value), (_, ref) in zip(fields, first):
+            if _shape(value) != _shape(ref):
+                return (f"{name} of sample {index} has shape {list(_shape(value) or [])}, of sample {indices[0]} "
+                        f"{list(_shape(ref) or [])}")
+    return ""
+
+
+def label_error(outputs, labels, indices: Optional[Sequence[int]]) -> Optional[DataError]:
+    """A DataError naming the samples whose class labels are outside ``[0, classes)`` of the outputs,
+    or None when the labels are not the problem."""
+    try:
+        logits = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        classes = int(logits.shape[-1])
+        values = np.asarray(labels.numpy() if hasattr(labels, "numpy") else labels)
+    except Exception:  # noqa: BLE001 - not a classification output: say nothing
+        return None
+    if values.dtype.kind not in "iu" or values.size == 0:
+        return None
+    rows = values.reshape(values.shape[0], -1) if values.ndim else values.reshape(1, 1)
+    bad = [(pos, int(v)) for pos, row in enumerate(rows) for v in row if (v < 0 or v >= classes) and v != -100]
+    if not bad:
+        return None
+    pos, value = bad[0]
+    index = indices[pos] if indices is not None and pos < len(indices) else None
+    which = f"sample {index}" if index is not None else f"row {pos} of the batch"
+    more = f" ({len(bad)} labels in this batch are out of range)" if len(bad) > 1 else ""
+    return DataError(f"label {value} of {which} (field labels) is outside the model's {classes} classes "
+                     f"[0, {classes - 1}]{more}: fix the labels or the model's number of classes")

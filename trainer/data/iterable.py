@@ -1,0 +1,189 @@
+"""``paddle.io.IterableDataset`` for training and evaluation.
+
+Training on a stream has no epochs to count, so it needs ``max_steps > 0``
+(as in PaddleNLP); the whole run is one epoch of ``max_steps x
+gradient_accumulation_steps`` micro-batches. When the stream ends before
+that, it is iterated again (a new pass; ``dataset.set_epoch(pass)`` is called
+when the dataset has it).
+
+- **Sharded by rank**: with N processes, rank r takes samples r, r+N, r+2N,
+  ... of every pass (each rank reads the stream and keeps its share).
+- **Loading** happens in the main process, ``per_device_train_batch_size``
+  samples at a time through ``collate_fn``; ``dataloader_num_workers`` is not
+  used for a stream (a warning says so).
+- **Resume rule**: when the dataset has ``state_dict()`` and
+  ``load_state_dict()``, its state (one per rank) travels in every checkpoint
+  and a resumed run continues exactly where the stream was; otherwise the
+  resumed run skips the batches already consumed (reading them again), with
+  a warning.
+- **Evaluation / prediction** read the stream once, sharded the same way;
+  the gathered predictions come in rank-interleaved order, not stream order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import paddle
+
+from callbacks.base import Callback
+
+from ..errors import DataError
+from .loader import to_tensors
+
+logger = logging.getLogger("trainer")
+
+
+def is_iterable(dataset) -> bool:
+    return isinstance(dataset, paddle.io.IterableDataset)
+
+
+def _rank_share(dataset, rank: int, world: int, start: int = 0, on_take: Optional[Callable] = None):
+    """Rank ``rank``'s samples of one pass; ``start`` is the stream index the iteration begins at."""
+    for i, sample in enumerate(dataset, start):
+        if i % world == rank:
+            if on_take is not None:
+                on_take(i + 1)
+            yield sample
+
+
+def _batched(samples, batch_size: int, collate_fn: Callable, drop_last: bool):
+    buffer = []
+    for sample in samples:
+        buffer.append(sample)
+        if len(buffer) == batch_size:
+            yield to_tensors(collate_fn(buffer))
+            buffer = []
+    if buffer and not drop_last:
+        yield to_tensors(collate_fn(buffer))
+
+
+class IterableBatches:
+    """The training batches of a stream; plays the sampler's part for the trainer
+    (``batches_per_epoch``, ``set_epoch``) and is its own loader."""
+
+    def __init__(self, dataset, batch_size: int, rank: int, world: int, collate_fn: Callable,
+                 total_batches: int, drop_last: bool):
+        self.dataset, self.batch_size, self.rank, self.world = dataset, batch_size, rank, world
+        self.collate_fn, self.total_batches, self.drop_last = collate_fn, total_batches, drop_last
+        self.start_batch = 0
+        self.restored = False  # the dataset's own state was loaded from a checkpoint: nothing to skip
+        self.restored_position = None
+        self.position = (0, 0)  # (pass, stream index of the next sample) after the last batch handed out
+
+    def batches_per_epoch(self) -> int:
+        return self.total_batches
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.start_batch = start_batch
+
+    def __len__(self) -> int:
+        return self.total_batches - self.start_batch
+
+    def __iter__(self):
+        skip = 0 if self.restored else self.start_batch
+        self.restored_position = self.position if self.restored else None
+        self.restored = False
+        if skip:
+            logger.warning("resuming an IterableDataset without state_dict()/load_state_dict(): reading and skipping "
+                           "the %d batches already consumed", skip)
+        for batch in self._stream():
+            if skip:
+                skip -= 1
+                continue
+            yield batch
+
+    def _stream(self):
+        restored = self.restored_position
+        passes, start = restored if restored else (0, 0)
+        self.restored_position = None
+        while True:
+            if hasattr(self.dataset, "set_epoch") and not (restored and start):
+                self.dataset.set_epoch(passes)
+            produced, taken = 0, [start]
+            shard = _rank_share(self.dataset, self.rank, self.world, start, on_take=lambda i: taken.__setitem__(0, i))
+            for batch in _batched(shard, self.batch_size, self.collate_fn, self.drop_last):
+                produced += 1
+                self.position = (passes, taken[0])
+                yield batch
+            if produced == 0:
+                raise DataError(f"the training IterableDataset yielded no batch for rank {self.rank} of {self.world}: "
+                                "check the data source (a stream needs at least one batch per process)")
+            passes, start, restored = passes + 1, 0, None
+
+
+class IterableEval:
+    """One sharded pass over an evaluation stream."""
+
+    def __init__(self, dataset, batch_size: int, rank: int, world: int, collate_fn: Callable):
+        self.dataset, self.batch_size, self.rank, self.world, self.collate_fn = dataset, batch_size, rank, world, collate_fn
+
+    def __iter__(self):
+        return _batched(_rank_share(self.dataset, self.rank, self.world), self.batch_size, self.collate_fn, False)
+
+
+class IterableDatasetState(Callback):
+    """Carries the stream's ``state_dict()`` of every rank in checkpoints (added by the trainer)."""
+
+    order = 190
+
+    def __init__(self, batches: IterableBatches):
+        self.batches = batches
+        self._states: list = []
+
+    @property
+    def state_key(self) -> str:
+        return "IterableDataset"
+
+    def on_save_begin(self, trainer):  # every rank: gather the per-rank states to rank 0
+        own = {"dataset": self.batches.dataset.state_dict(), "position": list(self.batches.position)}
+        if trainer.world_size > 1:
+            gathered: list = []
+            paddle.distributed.all_gather_object(gathered, own)
+            self._states = gathered
+        else:
+            self._states = [own]
+
+    def state_dict(self) -> dict:
+        return {"per_rank": self._states}
+
+    def load_state_dict(self, state: dict) -> None:
+        states = state.get("per_rank") or []
+        if len(states) != self.batches.world:
+            logger.warning("the checkpoint holds IterableDataset state for %d processes, this run has %d: "
+                           "skipping consumed batches instead", len(states), self.batches.world)
+            return
+        own = states[self.batches.rank]
+        self.batches.dataset.load_state_dict(own["dataset"])
+        self.batches.position = tuple(own["position"])
+        self.batches.restored = True
+
+
+def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
+    """The training 'loader' of an IterableDataset (see the module docstring)."""
+    from paddle.io.dataloader.collate import default_collate_fn
+
+    a = trainer.args
+    if a.max_steps <= 0:
+        raise DataError("the training dataset is an IterableDataset, which has no length: set max_steps "
+                        "(e.g. --max_steps 1000)")
+    if a.dataloader_num_workers > 0 and trainer.is_main_process:
+        logger.warning("dataloader_num_workers=%d is not used for an IterableDataset: it is read in the main process",
+                       a.dataloader_num_workers)
+    batches = IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.rank, trainer.world_size,
+                              collate_fn or default_collate_fn, a.max_steps * a.gradient_accumulation_steps,
+                              a.dataloader_drop_last)
+    stateful = callable(getattr(trainer.train_dataset, "state_dict", None)) and \
+        callable(getattr(trainer.train_dataset, "load_state_dict", None))
+    trainer.callbacks.remove(IterableDatasetState)
+    if stateful:
+        trainer.callbacks.add(IterableDatasetState(batches))
+    return batches
+
+
+def eval_batches(trainer, dataset, collate_fn: Optional[Callable]) -> IterableEval:
+    from paddle.io.dataloader.collate import default_collate_fn
+
+    return IterableEval(dataset, trainer.args.per_device_eval_batch_size, trainer.rank, trainer.world_size,
+                        collate_fn or default_collate_fn)

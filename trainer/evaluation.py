@@ -1,0 +1,109 @@
+"""The inference loop of ``Trainer.evaluate`` and ``Trainer.predict``: batches in, outputs joined, gathered and
+turned into metrics.
+
+Each rank runs :meth:`Trainer.evaluation_step` over its contiguous, unpadded
+shard (``trainer.data.ShardedEvalSampler``); the per-batch predictions and
+labels are joined on the device, gathered across ranks in rank order (which
+restores the dataset order), summed losses reduced, and only then copied to the
+host once. No sample counts twice or is lost on uneven data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional
+
+import paddle
+
+from . import distributed as dist
+from .compat.outputs import EvalPrediction
+from .data.batch import batch_size
+from .events import Event
+from .metric_keys import flatten_metrics
+from .tensors import to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
+
+
+class InferenceOutput(NamedTuple):
+    """What one pass of the inference loop gives, identical on every rank."""
+
+    predictions: Any             # numpy (or a tuple/list of numpy), in dataset order
+    label_ids: Any               # likewise, or None when the batches carry no labels
+    loss_sum: Optional[float]    # the summed per-sample loss over the dataset; None when no batch gave a loss
+    count: int                   # samples seen, over all ranks
+
+
+def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]) -> InferenceOutput:
+    """Run ``trainer.evaluation_step`` over ``dataset`` (firing ``begin``/``end`` around each batch when given)."""
+    loader = trainer.eval_dataloader = trainer.get_eval_dataloader(dataset)
+    model = trainer.model_wrapped if isinstance(trainer.model_wrapped, paddle.DataParallel) else trainer.model
+    was_training = model.training
+    model.eval()
+    loss_sum = paddle.zeros([], dtype="float64")
+    has_loss, all_preds, all_labels, count = False, [], [], 0
+    try:
+        with paddle.no_grad():
+            for batch in loader:
+                if begin:
+                    trainer.fire(begin)
+                loss, preds, labels = trainer.evaluation_step(trainer.model, batch)
+                if trainer.preprocess_predictions is not None:  # e.g. argmax per batch: less to keep and gather
+                    preds = trainer.preprocess_predictions(preds, labels)
+                n = batch_size(batch)
+                count += n
+                if loss is not None:
+                    has_loss = True
+                    loss_sum += loss.astype("float64") * n
+                all_preds.append(_detach(preds))
+                if labels is not None:
+                    all_labels.append(labels)
+                if end:
+                    trainer.fire(end)
+    finally:
+        if was_training:
+            model.train()
+    local_preds = _concat(all_preds)
+    local_labels = _concat(all_labels) if all_labels else None
+    preds = dist.gather_nested(local_preds)
+    labels = dist.gather_nested(local_labels) if local_labels is not None else None
+    count = int(dist.reduce_scalars([count], op="sum")[0])
+    total = dist.all_reduce_sum(loss_sum) if has_loss else None
+    return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)
+
+
+def compute_metrics_of(trainer, out: InferenceOutput, prefix: str) -> dict:
+    """``{prefix}_loss`` and ``trainer.compute_metrics``' values, each key prefixed once."""
+    metrics = {}
+    if out.loss_sum is not None:
+        metrics[f"{prefix}_loss"] = out.loss_sum / out.count
+    if trainer.compute_metrics is not None and out.label_ids is not None:
+        metrics.update(flatten_metrics(trainer.compute_metrics(EvalPrediction(out.predictions, out.label_ids)), prefix))
+    return metrics
+
+
+def logits_from_outputs(outputs: Any):
+    """The predictions in a model's outputs: a tensor as it is; ``logits`` of a dict or output object (else its
+    first non-loss value); of a sequence, the non-scalar tensors (one, or a tuple of them)."""
+    if isinstance(outputs, paddle.Tensor):
+        return outputs
+    if isinstance(outputs, dict):
+        return outputs.get("logits", next(v for k, v in outputs.items() if k != "loss"))
+    if hasattr(outputs, "logits"):
+        return outputs.logits
+    if isinstance(outputs, (list, tuple)):
+        rest = [o for o in outputs if isinstance(o, paddle.Tensor) and o.size != 1] or list(outputs)
+        return rest[0] if len(rest) == 1 else tuple(rest)
+    return outputs
+
+
+def _detach(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detach(v) for v in value)
+    return value.detach() if isinstance(value, paddle.Tensor) else value
+
+
+def _concat(parts: List[Any]):
+    if not parts:
+        return None
+    first = parts[0]
+    if isinstance(first, (list, tuple)):
+        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
+    return paddle.concat(parts, axis=0)

@@ -1,0 +1,194 @@
+"""Supervise ``paddle.distributed.launch``: ``ptrain`` forwards signals to the job and
+never leaves a process of it behind.
+
+``run_launcher(cmd)`` starts the launcher
+
+- in its own process group (a Ctrl-C in the terminal or a SIGTERM to
+  ``ptrain``'s group reaches ``ptrain`` alone, which decides what the job gets);
+- with a parent-death signal (SIGTERM when ``ptrain`` dies, even by SIGKILL:
+  the launcher then stops its workers, which save and exit 143).
+
+SIGTERM or SIGINT to ``ptrain`` (what Kubernetes sends to PID 1) is forwarded
+to the training processes (the launcher's children) rather than to the
+launcher: each rank stops at the agreed step, saves, exits 143 / 130, and
+the launcher, seeing a rank end with that code, exits with it too (paddle's
+launcher exits with its own signal number, 15 or 2, when it is signalled
+itself). Before the workers exist the launcher gets the signal. ``ptrain``
+then waits: if the job has not ended ``PTRAIN_STOP_SECONDS`` (default 330 s,
+past the ranks' own bounds) after the signal, the launcher gets SIGTERM (it
+stops its workers, SIGKILL after its 30 s), and 40 s later every process of
+the job gets SIGKILL. When the launcher has ended, any process of the job
+still alive (workers orphaned by a SIGKILLed launcher finish their save
+first) gets the same bound, then SIGKILL.
+
+Exit code: after ``ptrain`` received SIGTERM / SIGINT, 143 / 130 unless the
+job still ended with 0 (so ``--max_restarts`` never restarts a job that was
+told to stop). Otherwise the launcher's: a death by signal N is reported as
+128 + N, and paddle's own 15 (the launcher itself was sent SIGTERM) as 143.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Dict, List, Optional
+
+import psutil
+
+from ..process import set_parent_death_signal, startup_handlers_active
+
+logger = logging.getLogger("trainer.supervise")
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
+ESCALATE_AFTER_LAUNCHER_SIGTERM = 40.0  # the launcher's own pod.stop waits 30 s before SIGKILL
+
+
+def stop_seconds() -> float:
+    try:
+        return float(os.environ.get("PTRAIN_STOP_SECONDS", 330))
+    except ValueError:
+        return 330.0
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setpgrp()
+    set_parent_death_signal(signal.SIGTERM)
+
+
+class _Supervisor:
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.signum: Optional[int] = None
+        self.signal_time: Optional[float] = None
+        self.escalated: Optional[float] = None
+        self.known: Dict[int, float] = {}  # pid -> create_time of every process of the job seen
+
+    # ---- signals ------------------------------------------------------------------
+    def on_signal(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum, self.signal_time = signum, time.monotonic()
+            print(f"ptrain: {signal.Signals(signum).name}: stopping the job (each rank saves and exits); "
+                  f"waiting up to {stop_seconds():.0f} s", flush=True)
+        self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        workers = self._children()
+        targets = workers or [self.proc.pid]
+        for pid in targets:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _children(self) -> List[int]:
+        try:
+            return [c.pid for c in psutil.Process(self.proc.pid).children(recursive=False)]
+        except psutil.Error:
+            return []
+
+    def _track(self) -> None:
+        try:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                try:
+                    self.known.setdefault(child.pid, child.create_time())
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+
+    # ---- waiting ------------------------------------------------------------------
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+            self._track()
+            if self.signal_time is None:
+                continue
+            now = time.monotonic()
+            if self.escalated is None and now - self.signal_time > stop_seconds():
+                print("ptrain: the job did not stop in time: SIGTERM to the launcher", flush=True)
+                self.escalated = now
+                self._signal_launcher(signal.SIGTERM)
+            elif self.escalated is not None and now - self.escalated > ESCALATE_AFTER_LAUNCHER_SIGTERM:
+                print("ptrain: the job still runs: SIGKILL to every process of it", flush=True)
+                self._kill_all()
+
+    def _signal_launcher(self, signum: int) -> None:
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def _alive(self) -> List[psutil.Process]:
+        alive = []
+        for pid, created in self.known.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                pass
+        return alive
+
+    def _kill_all(self) -> None:
+        self._track()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in self._alive():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+    def reap(self) -> None:
+        """After the launcher ended: what is left of the job gets the bound, then SIGKILL."""
+        deadline = time.monotonic() + stop_seconds()
+        left = self._alive()
+        if left:
+            print(f"ptrain: the launcher ended; waiting for {len(left)} process(es) of the job: "
+                  f"{', '.join(str(p.pid) for p in left)}", flush=True)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = self._alive()
+        if left:
+            self._kill_all()
+
+    def exit_code(self, code: int) -> int:
+        if self.signum is not None and code != 0:  # told to stop: never a failure to restart from
+            return 128 + self.signum
+        if code < 0:  # the launcher died of a signal
+            code = 128 - code
+        if code == signal.SIGTERM:  # paddle's launcher, signalled itself, exits with the signal number
+            code = 128 + signal.SIGTERM
+        return code
+
+
+def run_launcher(cmd: List[str], env: Optional[dict] = None) -> int:
+    """Run the launcher command ``cmd`` under supervision; return the job's exit code."""
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup)
+    sup = _Supervisor(proc)
+    previous = {}
+    startup_exit = startup_handlers_active(False)  # ptrain waits for the job instead
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, sup.on_signal) for sig in FORWARDED}
+        for sig in FORWARDED:
+            signal.siginterrupt(sig, False)
+    try:
+        code = sup.wait()
+    except BaseException:
+        sup._kill_all()
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        startup_handlers_active(startup_exit)
+    sup.reap()
+    return sup.exit_code(code)
