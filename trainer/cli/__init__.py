@@ -3,7 +3,7 @@
 Owns: the argument parser and its usage text (``parser``), the entry point and
 the small commands (``commands``: list, predict, inspect, launch), a task's run
 in this process and the script paddle's launcher runs for it (``run``,
-``worker_entry``), the task registry (``tasks``), ``ptrain inspect``'s report
+``launch_entry``), the task registry (``tasks``), ``ptrain inspect``'s report
 (``describe``), ``ptrain verify-resume`` (``verify_resume``), ``ptrain visualdl``
 (``visualdl_serve``), and what the console shows (``console``).
 

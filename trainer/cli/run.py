@@ -17,7 +17,7 @@ from .tasks import get_task
 
 def run_target(argv: List[str]) -> List[str]:
     """What the launcher runs for ``ptrain run ...``: this command again, without the launcher flags."""
-    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_entry.py")] + drop_flags(argv, LAUNCH_FLAGS)
+    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_entry.py")] + drop_flags(argv, LAUNCH_FLAGS)
 
 
 def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], overrides: List[str]):
