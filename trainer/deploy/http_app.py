@@ -77,7 +77,7 @@ def build_app(state: ServeState) -> Starlette:
         if state.draining:
             state.refused += 1
             return _error(503, "the server is shutting down: send the request to another replica", retry=True)
-        if not state.pool.ready or state.pool.spec is None:
+        if state.pool.spec is None:  # never loaded (a restart after a crash queues instead)
             return _error(503, "the model is not loaded yet: retry when GET /ready answers 200", retry=True)
         try:
             body = await _read_body(request, state.max_body_bytes)
