@@ -97,7 +97,7 @@ class Server:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             if body is not None and not isinstance(body, (bytes, str)):
-                body = json.dumps(body)
+                body = json.dumps(body).encode()
             conn.request(method, path, body=body, headers=headers or {})
             r = conn.getresponse()
             data = r.read()
