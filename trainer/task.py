@@ -45,7 +45,7 @@ class Preprocessing:
     """How ``ptrain serve`` answers a task's raw inputs (``{"images": [...]}``, ``{"texts": [...]}``).
 
     ``encode(items)`` -> the model's inputs for those items (arrays in the
-    model's input order), raising ``ValueError`` (``DataError``) with one line
+    model's input order, or a dict of arrays by input name), raising ``ValueError`` (``DataError``) with one line
     naming the item on a bad one; ``decode(outputs, items)`` -> one dict per
     item, as ``ptrain predict`` prints them. ``encode`` and ``decode`` run in the
     server's threads, so they must not hold the model (the predictor processes do).

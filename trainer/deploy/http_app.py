@@ -125,7 +125,10 @@ def build_app(state: ServeState) -> Starlette:
                 arrays = await run_in_threadpool(pre.encode, items)
             except ValueError as exc:  # DataError/ConfigError are ValueErrors: the task's one line
                 raise BadRequest(f"{pre.field}: {exc}") from None
-            arrays, rows = parse_inputs({"inputs": dict(zip([s["name"] for s in state.pool.spec["inputs"]], arrays))},
+            names = [s["name"] for s in state.pool.spec["inputs"]]
+            named = arrays if isinstance(arrays, dict) else dict(zip(names, arrays))
+            named = {k: v for k, v in named.items() if k in names}  # what the export takes
+            arrays, rows = parse_inputs({"inputs": named},
                                         state.pool.spec["inputs"], state.max_batch_size)
             return arrays, rows, items, pre
         if pre is not None and isinstance(obj, dict) and "inputs" not in obj:

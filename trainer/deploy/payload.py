@@ -49,9 +49,9 @@ def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
     """One input's batch as an array of the spec's dtype and shape, else BadRequest naming ``field``."""
     dtype, shape = np.dtype(spec["dtype"]), spec.get("shape")
     expect = f"{_shape_text(shape)} of {'integers' if dtype.kind in 'iu' else 'booleans' if dtype.kind == 'b' else 'numbers'}"
-    if not isinstance(value, list):
+    if not isinstance(value, (list, np.ndarray)):  # arrays: from a task's preprocessing
         raise BadRequest(f"{field}: expected a list of instances (a batch, shape {expect}), got {type(value).__name__}")
-    if not value:
+    if len(value) == 0:
         raise BadRequest(f"{field}: the batch is empty: send 1 to {max_rows} instances")
     try:
         raw = np.asarray(value)
