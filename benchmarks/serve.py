@@ -3,9 +3,11 @@
 A closed-loop load generator on loopback: ``C`` client threads, each with its
 own keep-alive HTTP connection, send one-instance ``POST /v1/predict``
 requests back to back for ``--duration`` seconds (and at most
-``--max_requests`` per point), against a real ``ptrain serve`` process
+``--max_requests`` per point), against real ``ptrain serve`` processes
 (``--max_batch_size 1`` and ``32``, the same ``--max_delay_ms``, one
-predictor process with one math thread). Per point: requests/s, p50 and p99
+predictor process with one math thread each; both up at once, the points
+interleaved over ``--rounds`` and the median round reported, so a load spike
+on a shared machine hits both settings alike). Per point: requests/s, p50 and p99
 latency, and the mean rows per model call (``ptrain_serve_batch_size_sum /
 _count`` of ``/metrics``, before and after).
 
@@ -15,7 +17,7 @@ where one instance's compute outweighs an HTTP round trip. Its compute time at
 batch 1 and 32 is measured in a predictor in this process first (the target:
 p99 <= 2 x (max_delay + one batch's compute)).
 
-    python -m benchmarks serve                          # ~3 min
+    python -m benchmarks serve                          # ~4 min
     python -m benchmarks serve --hidden 256 --duration 1 --concurrency 1,4   # seconds
 """
 
@@ -158,34 +160,50 @@ def run(args) -> dict:
     path = os.path.join(workdir, "inference")
     params = export_mlp(path, args.hidden, args.layers)
     one, full = compute_ms(path, 1), compute_ms(path, max(args.batch_sizes))
-    rows = []
-    for batch in args.batch_sizes:
-        server = ServerProcess(path, batch, args.max_delay_ms)
-        try:
+    servers = {b: ServerProcess(path, b, args.max_delay_ms) for b in args.batch_sizes}  # both up, idle between
+    points: Dict[tuple, List[dict]] = {}
+    try:
+        for server in servers.values():
             closed_loop(server.port, 2, 1.0, 50)  # warm the connections and the event loop
+        for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits both settings alike
             for c in args.concurrency:
-                before = server.batch_stats()
-                point = closed_loop(server.port, c, args.duration, args.max_requests)
-                after = server.batch_stats()
-                calls = after[0] - before[0]
-                point.update(max_batch_size=batch, concurrency=c,
-                             mean_batch=(after[1] - before[1]) / calls if calls else 0.0)
-                rows.append(point)
-                print(f"max_batch_size {batch:>3} concurrency {c:>3}: {point['rps']:.0f} req/s, p50 "
-                      f"{point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, mean batch {point['mean_batch']:.1f}",
-                      file=sys.stderr, flush=True)
-        finally:
+                order = args.batch_sizes if round_ % 2 == 0 else list(reversed(args.batch_sizes))
+                for batch in order:
+                    server = servers[batch]
+                    before = server.batch_stats()
+                    point = closed_loop(server.port, c, args.duration, args.max_requests)
+                    after = server.batch_stats()
+                    calls = after[0] - before[0]
+                    point.update(max_batch_size=batch, concurrency=c, round=round_,
+                                 mean_batch=(after[1] - before[1]) / calls if calls else 0.0)
+                    points.setdefault((batch, c), []).append(point)
+                    print(f"round {round_} max_batch_size {batch:>3} concurrency {c:>3}: {point['rps']:.0f} req/s, "
+                          f"p50 {point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, mean batch "
+                          f"{point['mean_batch']:.1f}", file=sys.stderr, flush=True)
+    finally:
+        for server in servers.values():
             server.stop()
+    rows = [_median_point(v) for v in points.values()]
     return {"params": params, "compute_ms_1": one, "compute_ms_full": full, "rows": rows,
             "max_delay_ms": args.max_delay_ms, "max_batch": max(args.batch_sizes)}
+
+
+def _median_point(points: List[dict]) -> dict:
+    """The round with the median requests/s (its latencies with it), plus every round's requests/s."""
+    ranked = sorted(points, key=lambda p: p["rps"])
+    mid = dict(ranked[len(ranked) // 2])
+    mid["rps_rounds"] = [round(p["rps"], 1) for p in points]
+    mid["errors"] = sum(p["errors"] for p in points)
+    return mid
 
 
 def report(result: dict, info: dict) -> str:
     by = {(r["max_batch_size"], r["concurrency"]): r for r in result["rows"]}
     table = markdown_table(["concurrency", "max_batch_size", "requests/s", "p50 (ms)", "p99 (ms)", "mean batch",
-                            "errors"],
+                            "requests/s by round", "errors"],
                            [[r["concurrency"], r["max_batch_size"], fmt(r["rps"], 0), fmt(r["p50_ms"], 1),
-                             fmt(r["p99_ms"], 1), fmt(r["mean_batch"], 1), r["errors"]]
+                             fmt(r["p99_ms"], 1), fmt(r["mean_batch"], 1),
+                             " / ".join(f"{x:.0f}" for x in r.get("rps_rounds", [r["rps"]])), r["errors"]]
                             for r in sorted(result["rows"], key=lambda r: (r["concurrency"], r["max_batch_size"]))])
     lines = [f"MLP of {result['params'] / 1e6:.1f} M parameters; paddle.inference, one thread: "
              f"{result['compute_ms_1']:.1f} ms at batch 1, {result['compute_ms_full']:.1f} ms at batch "
@@ -210,7 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", default="1,8,16,32", help="comma-separated client counts")
     p.add_argument("--batch_sizes", default="1,32", help="comma-separated --max_batch_size values")
     p.add_argument("--max_delay_ms", type=float, default=5.0)
-    p.add_argument("--duration", type=float, default=8.0, help="seconds per point")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds per point")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the median round is reported")
     p.add_argument("--max_requests", type=int, default=20000, help="at most this many requests per point")
     p.add_argument("--markdown", default=None)
     p.add_argument("--json", default=None)
