@@ -45,6 +45,13 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_serve(ns) -> int:
+    from ..errors import ConfigError
+
+    for module in ("uvicorn", "starlette", "prometheus_client"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ConfigError(f"ptrain serve needs {module}: pip install 'paddle-trainer[serve]'") from None
     from ..deploy.predictor import export_task
     from ..deploy.server import ServeConfig, serve
 
