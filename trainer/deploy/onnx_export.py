@@ -8,9 +8,10 @@
 
 ``export_onnx(model_dir)`` converts ``PREFIX.json`` (paddle 3's PIR program;
 ``PREFIX.pdmodel`` of the legacy IR is translated by paddle2onnx) with
-``paddle2onnx.export`` (opset 13, no optimizer pass: polygraphy's constant
-folding pip-installs onnx_graphsurgeon at run time, and onnxoptimizer 0.3.13
-lacks a pass paddle2onnx 2.1 asks for),
+``paddle2onnx.export`` (opset 13, ``optimize_tool="none"``: its default,
+polygraphy's constant folding, pip-installs onnx_graphsurgeon from a
+non-PyPI index at run time, and onnxoptimizer 0.3.13 lacks a pass
+paddle2onnx 2.1 asks for; onnxruntime folds constants itself when it loads),
 runs ``onnxruntime`` and ``paddle.inference`` on the same sample batch (rows
 drawn from a fixed seed, shaped by the export's input spec: dynamic
 dimensions 8) and writes ``model.onnx`` only when every output agrees within
@@ -80,7 +81,8 @@ def export_onnx(model_dir: str, prefix: Optional[str] = None, atol: float = ATOL
     try:
         try:
             paddle2onnx.export(model_file, params_file, tmp, opset_version=opset, auto_upgrade_opset=True,
-                               enable_onnx_checker=True, enable_optimize=False)
+                               enable_onnx_checker=True, enable_optimize=False,
+                               optimize_tool="none")
         except Exception as exc:  # noqa: BLE001 - paddle2onnx raises plain Exceptions naming the op
             last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
             raise OnnxExportError(f"paddle2onnx {paddle2onnx.__version__} cannot convert {model_file}: {last}") from exc
@@ -89,7 +91,9 @@ def export_onnx(model_dir: str, prefix: Optional[str] = None, atol: float = ATOL
                                   "(an operator it cannot convert: see its log above)")
         batch = sample_batch(specs)
         expected = run_predictor(create_predictor(model_dir, prefix=prefix), batch, [s["name"] for s in specs])
-        session = ort.InferenceSession(tmp, providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # no warning per unused initializer paddle2onnx leaves
+        session = ort.InferenceSession(tmp, sess_options=options, providers=["CPUExecutionProvider"])
         feeds = {i.name for i in session.get_inputs()}
         if feeds != {s["name"] for s in specs}:
             raise OnnxExportError(f"the ONNX model takes inputs {sorted(feeds)}, the paddle export {[s['name'] for s in specs]}")

@@ -68,6 +68,7 @@ class OnnxRuntime:
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
+        options.log_severity_level = 3
         self.session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
         self.inputs = [{"name": i.name, "shape": [d if isinstance(d, int) else -1 for d in i.shape],
                         "dtype": _ONNX_DTYPES.get(i.type, "float32")} for i in self.session.get_inputs()]
