@@ -171,7 +171,8 @@ class WorkerPool:
             worker.pid = message[1].get("pid", worker.pid)
             if self.spec is None:
                 self.spec = {"inputs": message[1]["inputs"], "outputs": message[1]["outputs"]}
-            logger.info("predictor process %d (pid %d) is ready", worker.index, worker.pid)
+            if self.restarts:  # the first start is announced by the server's ready line
+                logger.warning("predictor process %d (pid %d) is ready", worker.index, worker.pid)
             self._idle.put_nowait(worker)
             return
         if kind == "failed":
