@@ -304,6 +304,17 @@ def test_a_killed_predictor_process_is_restarted_and_its_requests_get_500(slow_d
         assert server.stop() == 0
 
 
+def test_predictor_processes_die_with_a_killed_server(digits_dir):
+    server = Server(digits_dir[0], "--workers", "2")
+    assert len(server.pids) == 2 and all(_alive(p) for p in server.pids)
+    server.proc.kill()  # SIGKILL: no drain, no cleanup code runs in the server
+    server.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in server.pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in server.pids), "a predictor process outlived its server"
+
+
 # ---- ONNX ----------------------------------------------------------------------------------------
 def test_onnx_export_matches_and_serves(digits_dir, tmp_path):
     pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install -e '.[onnx]'")
