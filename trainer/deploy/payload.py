@@ -58,7 +58,8 @@ def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
     except (ValueError, TypeError, RecursionError):
         raise BadRequest(f"{field}: the instances are not a regular nested list (ragged rows?): expected {expect}") from None
     if raw.dtype == object or raw.dtype.kind in "USV":
-        raise BadRequest(f"{field}: expected {expect}, got {'strings' if raw.dtype.kind in 'US' else 'mixed types or integers beyond 64 bits'}")
+        what = "strings" if raw.dtype.kind in "US" else "mixed types or integers beyond 64 bits"
+        raise BadRequest(f"{field}: expected {expect}, got {what}")
     if dtype.kind in "iu" and raw.dtype.kind not in "iub":
         raise BadRequest(f"{field}: expected integers (the model's input is {dtype.name}), got numbers with a fraction "
                          "or exponent")
