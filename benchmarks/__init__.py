@@ -10,6 +10,8 @@ dataloader images/s of the ResNet input pipeline against
            ``dataloader_num_workers``, and the data-wait share of a training step
 checkpoint the training stall of a checkpoint save (sync and async) and the
            cost of resuming (``benchmarks/checkpoint.py``)
+serve      ``ptrain serve`` under a closed-loop load on loopback: requests/s and
+           p50/p99 latency with and without dynamic batching
 =========  =====================================================================
 
 Each runs with a short default (a few minutes on 2 CPU cores); ``--help``
@@ -23,4 +25,5 @@ BENCHMARKS = {
     "allreduce": "benchmarks.allreduce",
     "dataloader": "benchmarks.dataloader",
     "checkpoint": "benchmarks.checkpoint",
+    "serve": "benchmarks.serve",
 }

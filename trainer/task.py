@@ -41,6 +41,23 @@ class TaskRun:
 
 
 @dataclass
+class Preprocessing:
+    """How ``ptrain serve`` answers a task's raw inputs (``{"images": [...]}``, ``{"texts": [...]}``).
+
+    ``encode(items)`` -> the model's inputs for those items (arrays in the
+    model's input order, or a dict of arrays by input name), raising ``ValueError`` (``DataError``) with one line
+    naming the item on a bad one; ``decode(outputs, items)`` -> one dict per
+    item, as ``ptrain predict`` prints them. ``encode`` and ``decode`` run in the
+    server's threads, so they must not hold the model (the predictor processes do).
+    """
+
+    field: str                                            # the request's field: "images" or "texts"
+    description: str                                      # what an item is, for the 400 line
+    encode: Callable[[List[Any]], List[Any]]
+    decode: Callable[[List[Any], List[Any]], List[dict]]
+
+
+@dataclass
 class Task:
     name: str
     description: str
@@ -51,6 +68,9 @@ class Task:
     # predict(model_dir, inputs) -> one dict per input (e.g. {"input": ..., "label": ..., "score": ...});
     # ``ptrain predict TASK --model DIR INPUT...`` calls it on an exported inference model
     predict: Optional[Callable[[str, List[str]], List[dict]]] = None
+    # preprocessing(model_dir) -> Preprocessing: what ``ptrain serve`` needs for the task's raw inputs; the
+    # export directory names the task (``task.json`` / ``preprocess.json``: {"task": NAME})
+    preprocessing: Optional[Callable[[str], Preprocessing]] = None
 
     def recipes(self) -> List[str]:
         if not os.path.isdir(self.recipes_dir):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
+from callbacks.export import Export
 from trainer.errors import ConfigError
 from trainer.task import Task, TaskRun
 
@@ -53,6 +54,7 @@ def build(options: DigitsOptions, args) -> TaskRun:
     model = build_mlp(64, 10, options.hidden_size, options.num_layers, options.dropout)
     return TaskRun(model=model, train_dataset=train, eval_dataset=val, test_dataset=test,
                    loss_fn=paddle.nn.CrossEntropyLoss(), compute_metrics=accuracy,
+                   callbacks=[Export()],  # output_dir/inference: what ptrain serve serves
                    info={"train_samples": len(train), "eval_samples": len(val), "test_samples": len(test),
                          "parameters": int(sum(int(np.prod(p.shape)) for p in model.parameters()))})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import List
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from callbacks.export import Export
 from trainer.errors import ConfigError, DataError
-from trainer.task import Task, TaskRun
+from trainer.task import Preprocessing, Task, TaskRun
 
 from . import data as D
 from .batching import LengthBucketing, TokenDataset, collate
@@ -301,6 +302,40 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
             for text, p in zip(inputs, probs)]
 
 
+def preprocessing(model_dir: str) -> Preprocessing:
+    """``ptrain serve``: ``{"texts": [...]}`` -> the rows ``ptrain predict`` prints, each request's texts
+    tokenized as ``predict`` does and padded to the request's longest."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from .tokenizer import encode
+
+    meta_path = os.path.join(model_dir, TASK_FILE)
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    try:
+        tokenizer = ErnieTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, AssertionError) as exc:
+        raise DataError(f"{model_dir}: cannot load the tokenizer saved with the model ({D.first_line(exc)})") from None
+    lock = threading.Lock()  # the server calls encode from several threads
+
+    def encode_texts(items: List) -> dict:
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip():
+                raise DataError(f"item {i}: expected a non-empty string, got {item!r:.40}")
+        with lock:
+            ids = encode(tokenizer, [t.strip() for t in items], int(meta["max_seq_len"]))
+        batch = collate([(x, 0) for x in ids], as_tensors=False)
+        return {"input_ids": batch["input_ids"], "token_type_ids": batch["token_type_ids"]}
+
+    def decode(outputs: List[np.ndarray], items: List) -> List[dict]:
+        probs = _softmax(np.asarray(outputs[0], dtype="float64"))
+        return [{"input": text, "label": meta["labels"][int(p.argmax())], "score": round(float(p.max()), 4)}
+                for text, p in zip(items, probs)]
+
+    return Preprocessing(field="texts", description="texts to classify, raw strings", encode=encode_texts,
+                         decode=decode)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -314,4 +349,5 @@ TASK = Task(
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
+    preprocessing=preprocessing,
 )

@@ -10,6 +10,9 @@ digit on a black background filling most of the frame, as in scikit-learn's
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
 import logging
 import os
@@ -19,6 +22,7 @@ import numpy as np
 
 from trainer.errors import ConfigError, DataError
 from trainer.deploy.predictor import create_predictor, model_files, run_predictor
+from trainer.task import Preprocessing
 
 from .imagefolder import read_rgb
 from .task_callbacks import PREPROCESS_FILE
@@ -30,13 +34,8 @@ logger = logging.getLogger("models.resnet")
 INVERTED_MEAN = 0.5  # digits: a white-on-black digit image is mostly black; a mean above half is paper
 
 
-def predict(model_dir: str, inputs: List[str]) -> List[dict]:
-    """Image files (PNG, JPEG, anything PIL reads), converted to RGB, the shorter side
-    resized and the center cropped to the run's input size, normalized with ImageNet's
-    mean and std (all from the run's ``preprocess.json``). A model trained on the
-    embedded digits expects a white digit on a black background filling most of the
-    frame, as in scikit-learn's 8x8 scans: invert a dark digit on white paper first
-    (``predict`` warns when an image's mean brightness is above 50%, i.e. looks inverted)."""
+def _load_preprocess(model_dir: str) -> tuple:
+    """``(preprocess.json as a dict, the eval transform it describes)``."""
     model_files(model_dir)  # a clear error before any image is read
     path = os.path.join(model_dir, PREPROCESS_FILE)
     if not os.path.isfile(path):
@@ -45,6 +44,27 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
         pre = json.load(f)
     transform = eval_transform(pre["image_size"], pre["resize_size"])
     transform.transforms[-1] = ToCHW(pre["mean"], pre["std"])
+    return pre, transform
+
+
+def _rows(inputs: List, logits: np.ndarray, names: List[str]) -> List[dict]:
+    probs = _softmax(logits)
+    rows = []
+    for item, p in zip(inputs, probs):
+        top = np.argsort(-p)[:5]
+        rows.append({"input": item, "label": names[int(top[0])], "score": round(float(p[top[0]]), 6),
+                     "top5": [[names[int(i)], round(float(p[i]), 6)] for i in top]})
+    return rows
+
+
+def predict(model_dir: str, inputs: List[str]) -> List[dict]:
+    """Image files (PNG, JPEG, anything PIL reads), converted to RGB, the shorter side
+    resized and the center cropped to the run's input size, normalized with ImageNet's
+    mean and std (all from the run's ``preprocess.json``). A model trained on the
+    embedded digits expects a white digit on a black background filling most of the
+    frame, as in scikit-learn's 8x8 scans: invert a dark digit on white paper first
+    (``predict`` warns when an image's mean brightness is above 50%, i.e. looks inverted)."""
+    pre, transform = _load_preprocess(model_dir)
     batch = []
     for item in inputs:
         if not os.path.isfile(item):
@@ -54,14 +74,40 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
             check_digit_polarity(image, item)
         batch.append(transform(image))
     logits = _run_inference_model(model_dir, np.stack(batch))
-    probs = _softmax(logits)
-    names = pre["class_names"]
-    rows = []
-    for item, p in zip(inputs, probs):
-        top = np.argsort(-p)[:5]
-        rows.append({"input": item, "label": names[int(top[0])], "score": round(float(p[top[0]]), 6),
-                     "top5": [[names[int(i)], round(float(p[i]), 6)] for i in top]})
-    return rows
+    return _rows(inputs, logits, pre["class_names"])
+
+
+def preprocessing(model_dir: str) -> Preprocessing:
+    """``ptrain serve``: ``{"images": [base64 image file, ...]}`` -> the rows ``ptrain predict`` prints
+    (``"input"`` is the image's index in the request)."""
+    pre, transform = _load_preprocess(model_dir)
+
+    def encode(items: List) -> List[np.ndarray]:
+        batch = []
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise DataError(f"item {i}: expected a base64 string of an image file, got {type(item).__name__}")
+            try:
+                data = base64.b64decode(item, validate=True)
+            except (binascii.Error, ValueError):
+                raise DataError(f"item {i}: not valid base64 (encode the image file's bytes, e.g. base64 -w0 "
+                                "digit.png)") from None
+            try:
+                image = read_rgb(io.BytesIO(data), hint="send a PNG, JPEG or other image PIL reads")
+            except DataError as exc:
+                reason = getattr(exc, "reason", None) or "unreadable"
+                raise DataError(f"item {i}: cannot be decoded as an image ({reason}): send a PNG, JPEG or other "
+                                "file PIL reads") from None
+            if pre.get("dataset") == "digits":
+                check_digit_polarity(image, f"images[{i}]")
+            batch.append(transform(image))
+        return [np.stack(batch).astype("float32")]
+
+    def decode(outputs: List[np.ndarray], items: List) -> List[dict]:
+        return _rows(list(range(len(items))), outputs[0], pre["class_names"])
+
+    return Preprocessing(field="images", description="base64-encoded image files (PNG, JPEG, ...)",
+                         encode=encode, decode=decode)
 
 
 def check_digit_polarity(image, name: str) -> bool:

@@ -27,7 +27,7 @@ from .data import build_datasets
 from .imagefolder import BAD_IMAGE_CHOICES
 from .metrics import metrics_fn
 from .model import DEPTHS, build_resnet, load_pretrained
-from .predict import predict
+from .predict import predict, preprocessing
 
 DATASETS = ("auto", "digits", "imagefolder", "cifar10")
 
@@ -113,4 +113,5 @@ TASK = Task(
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
+    preprocessing=preprocessing,
 )

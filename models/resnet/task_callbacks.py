@@ -38,7 +38,7 @@ class SavePreprocess(Callback):
         folder = os.path.join(self.output_dir, "inference")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, PREPROCESS_FILE), "w", encoding="utf-8") as f:
-            json.dump(self.preprocess, f, indent=1)
+            json.dump({"task": "resnet50", **self.preprocess}, f, indent=1)  # "task": what ptrain serve loads
 
 
 class BadImages(Callback):

@@ -44,6 +44,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if extra:
                 raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
             return _cmd_launch(ns)
+        if ns.command == "serve":
+            if extra:
+                raise ConfigError(f"unexpected arguments {extra}: ptrain serve MODEL_DIR [--port N ...]")
+            from .serve import cmd_serve
+
+            return cmd_serve(ns)
         if ns.command == "predict":
             if extra:
                 raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")

@@ -14,6 +14,7 @@
     ptrain inspect runs/digits-demo                    # a run's checkpoints, newest first
     ptrain verify-resume digits --steps 20             # self-test: resume vs uninterrupted, bit for bit
     ptrain predict TASK --model RUN/inference INPUT... # classify inputs with an exported model
+    ptrain serve RUN/inference --port 8000            # the model over HTTP, dynamically batched
     ptrain visualdl --logdir runs/digits-demo          # the curves in VisualDL (any visualdl option)
 
 Launcher flags (run and launch): --nproc, --gpus, --ips, --nnodes N|MIN:MAX,
@@ -34,6 +35,7 @@ import argparse
 import textwrap
 
 from ..launch.flags import add_launch_flags
+from .serve import add_serve_parser
 from .tasks import available_tasks, get_task
 
 
@@ -92,6 +94,7 @@ def build_parser(predict_help: bool = False) -> argparse.ArgumentParser:
     pred.add_argument("inputs", nargs="+", help="inputs: texts or file paths, as the task takes")
     pred.add_argument("--model", required=True, help="directory of the exported inference model")
     pred.add_argument("--debug", action="store_true")
+    add_serve_parser(sub)
     sub.add_parser("visualdl", add_help=False, help="serve a run's curves: visualdl --logdir OUTPUT_DIR [its options], "
                    "answering requests without Accept-Language too (docs/how-to/monitor.md)")
     ins = sub.add_parser("inspect", help="what a checkpoint holds, or the checkpoints of a run directory",

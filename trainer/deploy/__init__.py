@@ -1,12 +1,20 @@
 """Deployment: from a trained model to something that answers.
 
 Owns: exporting an inference model with ``paddle.jit.save`` and proving it
-matches the trained one (``export``), and loading an export into a
-``paddle.inference`` predictor and running it (``predictor``).
+matches the trained one (``export``), loading an export into a
+``paddle.inference`` predictor and running it (``predictor``), converting it
+to ONNX and checking it against onnxruntime (``onnx_export``), and serving it
+over HTTP (``ptrain serve``): the server's start and drain (``server``), the
+routes (``http_app``), request checks (``payload``), dynamic batching
+(``batching``), the predictor processes (``pool`` on the server's side,
+``worker`` inside them), the runtimes they load (``runtimes``) and the
+Prometheus metrics (``metrics``).
 
 May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``,
-``trainer.tensors``); never the loop, checkpoints, the launcher or the commands.
+``trainer.tensors``, ``trainer.process``); never the loop, checkpoints, the
+launcher, the commands or ``models``. A task's preprocessing reaches the
+server as an argument (``trainer.task.Preprocessing``), resolved by ``ptrain serve``.
 
 Used by: ``Trainer.export()``, ``callbacks.Export``, the tasks' ``predict``
-(``models.*``) and ``ptrain predict``.
+(``models.*``), ``ptrain predict`` and ``ptrain serve``.
 """

@@ -40,11 +40,16 @@ def test_digits_demo_prints_bar_eval_lines_and_summary_only(tmp_path):
     assert all(EVAL_LINE.match(line) for line in lines[:20]), lines[:20]
     assert [int(line.split()[0][5:]) for line in lines[:20]] == list(range(40, 801, 40))
     assert SUMMARY.match(lines[20]), lines[20]
-    assert lines[21] == f"run directory: {tmp_path / 'runs' / 'digits-demo'} (results.json, metrics.jsonl, checkpoints/)"
-    # stderr, whole: the progress bar and nothing else (no warning, no INFO line, no banner)
+    assert lines[21] == (f"run directory: {tmp_path / 'runs' / 'digits-demo'} (results.json, metrics.jsonl, "
+                         "checkpoints/, inference/)")
+    # stderr, whole: the progress bar and the export's one line (what ptrain serve / predict read), nothing
+    # else (no warning, no other INFO line, no banner)
     fragments = bar_fragments(out.stderr)
-    assert fragments and all(f.startswith("train:") for f in fragments), [f for f in fragments if not f.startswith("train:")]
-    assert "800/800" in fragments[-1]
+    export = [f for f in fragments if f.startswith("INFO trainer: exported the inference model to ")]
+    assert len(export) == 1 and fragments[-1] == export[0], fragments[-3:]
+    bar = fragments[:-1]
+    assert bar and all(f.startswith("train:") for f in bar), [f for f in bar if not f.startswith("train:")]
+    assert "800/800" in bar[-1]
 
 
 def test_verbose_shows_what_the_quiet_console_hides(tmp_path):

@@ -1,0 +1,338 @@
+"""ptrain serve: a real server process on loopback, real HTTP clients, real predictor processes.
+
+A digits MLP is trained for a few steps and exported in the test; a wider
+random MLP (slow enough that requests queue) serves the overload, drain and
+kill tests. Every server is a ``python -m trainer.cli serve`` subprocess on a
+free port (``--port 0``, read from its ready line); every one is stopped and
+its predictor processes checked gone.
+"""
+
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import paddle
+import pytest
+from paddle.static import InputSpec
+
+from trainer import Trainer, TrainingArguments
+from trainer.deploy.export import export_model
+from trainer.deploy.predictor import create_predictor, run_predictor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+READY = re.compile(r"ready on http://127\.0\.0\.1:(\d+) .* pid (\d+(?:,\d+)*)")
+
+
+# ---- the models ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits_dir(tmp_path_factory):
+    """A digits MLP trained 30 steps, exported by Trainer.export() (export.json and all)."""
+    from models.digits.data import load_splits
+    from models.digits.task import build_mlp
+
+    out = tmp_path_factory.mktemp("digits")
+    paddle.seed(0)
+    train, val, _ = load_splits(seed=0)
+    model = build_mlp(64, 10, 32, 2, 0.0)
+    args = TrainingArguments(output_dir=str(out), max_steps=30, per_device_train_batch_size=32, report_to=[],
+                             save_strategy="no", evaluation_strategy="no", logging_steps=10)
+    trainer = Trainer(model, args, train_dataset=train, eval_dataset=val, loss_fn=paddle.nn.CrossEntropyLoss())
+    trainer.fit()
+    path = trainer.export()
+    return path, np.stack([val[i][0] for i in range(16)]).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def slow_dir(tmp_path_factory):
+    """A random 64 -> 2048 x 3 -> 10 MLP (8.5 M parameters): a few ms per call on one core."""
+    paddle.seed(1)
+    layers, width = [], 64
+    for _ in range(3):
+        layers += [paddle.nn.Linear(width, 2048), paddle.nn.ReLU()]
+        width = 2048
+    model = paddle.nn.Sequential(*layers, paddle.nn.Linear(width, 10))
+    path = str(tmp_path_factory.mktemp("slow") / "inference")
+    export_model(model, path, input_spec=[InputSpec([None, 64], "float32", "x")])
+    return path
+
+
+# ---- a server process ----------------------------------------------------------------------------
+class Server:
+    def __init__(self, model_dir, *flags, timeout=120):
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0", *flags],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.err_lines = []
+        threading.Thread(target=self._read_err, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            m = READY.search(line)
+            if m:
+                self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
+                return
+        self.stop()
+        raise AssertionError(f"the server did not get ready: {line!r} {''.join(self.err_lines)[-2000:]}")
+
+    def _read_err(self):
+        for line in self.proc.stderr:
+            self.err_lines.append(line)
+
+    @property
+    def err(self):
+        return "".join(self.err_lines)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if body is not None and not isinstance(body, (bytes, str)):
+                body = json.dumps(body).encode()
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            data = r.read()
+            return r.status, (json.loads(data) if r.getheader("content-type", "").startswith("application/json")
+                              else data.decode()), dict(r.getheaders())
+        finally:
+            conn.close()
+
+    def predict(self, body, **kw):
+        return self.request("POST", "/v1/predict", body, **kw)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            time.sleep(0.2)
+            for pid in getattr(self, "pids", []):
+                assert not _alive(pid), f"predictor process {pid} outlived the server"
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def digits_server(digits_dir):
+    server = Server(digits_dir[0], "--max_batch_size", "8", "--max_delay_ms", "20", "--max_body_bytes", "200000")
+    yield server
+    assert server.stop() == 0
+
+
+# ---- answers -------------------------------------------------------------------------------------
+def test_answers_equal_the_predictor_and_ready_health_metrics(digits_server, digits_dir):
+    path, x = digits_dir
+    (expected,) = run_predictor(create_predictor(path), [x[:3]])
+    status, body, _ = digits_server.predict({"inputs": x[:3].tolist()})
+    assert status == 200
+    np.testing.assert_array_equal(np.asarray(body["outputs"], dtype="float32"), expected)  # the same batch: exact
+    assert digits_server.request("GET", "/health")[0] == 200
+    status, ready, _ = digits_server.request("GET", "/ready")
+    assert status == 200 and ready["inputs"] == [{"name": "input", "shape": [-1, 64], "dtype": "float32"}]
+    status, text, headers = digits_server.request("GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert re.search(r'ptrain_serve_requests_total\{status="200"\} [1-9]', text)
+    assert "ptrain_serve_batch_size_sum" in text and "ptrain_serve_batch_size_count" in text
+    assert "ptrain_serve_queue_depth" in text and "ptrain_serve_request_seconds_bucket" in text
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(digits_server, digits_dir):
+    path, x = digits_dir
+    predictor = create_predictor(path)
+    expected = [run_predictor(predictor, [x[i:i + 1]])[0] for i in range(16)]
+    before = _batch_stats(digits_server)
+    with cf.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda i: digits_server.predict({"inputs": x[i:i + 1].tolist()}), range(16)))
+    for i, (status, body, _) in enumerate(answers):
+        assert status == 200, body
+        np.testing.assert_allclose(np.asarray(body["outputs"], dtype="float32"), expected[i], rtol=1e-5, atol=1e-6)
+    after = _batch_stats(digits_server)
+    calls, rows = after[0] - before[0], after[1] - before[1]
+    assert rows == 16 and calls < 16, (calls, rows)  # 16 requests within 20 ms shared model calls
+
+
+def _batch_stats(server):
+    text = server.request("GET", "/metrics")[1]
+    count = float(re.search(r"^ptrain_serve_batch_size_count (\S+)", text, re.M).group(1))
+    total = float(re.search(r"^ptrain_serve_batch_size_sum (\S+)", text, re.M).group(1))
+    return count, total
+
+
+BAD = [  # (body, status, a piece of the line)
+    (b"not json", 400, "the body is not JSON"),
+    (b"", 400, "the body is empty"),
+    ({"instances": [[0.0] * 64]}, 400, 'the field "inputs" is missing'),
+    ([1, 2], 400, "the body must be a JSON object"),
+    ({"inputs": [[0.0] * 63]}, 400, "dimension 1 must be 64"),
+    ({"inputs": [0.0] * 64}, 400, "1 dimensions, the model takes 2"),
+    ({"inputs": [["a"] * 64]}, 400, "got strings"),
+    ({"inputs": [[0.0] * 64, [0.0] * 3]}, 400, "ragged"),
+    ({"inputs": []}, 400, "the batch is empty"),
+    ({"inputs": 3}, 400, "expected a list of instances"),
+    ({"inputs": {"x": [[0.0] * 64]}}, 400, "the model takes inputs ['input']"),
+    ({"inputs": [[0.0] * 64] * 9}, 400, "at most 8 (--max_batch_size)"),
+    (b'{"inputs": "\xc3\x28"}', 400, "not UTF-8 JSON"),
+    (b"[" * 100000 + b"]" * 100000, 400, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("body,status,line", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_requests_get_400_with_one_line(digits_server, body, status, line):
+    got, answer, _ = digits_server.predict(body)
+    assert got == status and line in answer["error"], answer
+    assert "\n" not in answer["error"]
+
+
+def test_limits_and_unknown_paths(digits_server):
+    status, answer, _ = digits_server.predict(b"[" + b"0," * 150000 + b"0]")
+    assert status == 413 and "--max_body_bytes" in answer["error"]
+    assert digits_server.request("GET", "/v1/predict")[0] == 405
+    assert digits_server.request("GET", "/nope")[0] == 404
+    assert digits_server.request("GET", "/health")[0] == 200  # nothing above hurt the server
+
+
+def test_cli_errors_name_the_flag(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "trainer.cli", "serve", *a], capture_output=True,
+                                    text=True, env=env, cwd=ROOT, timeout=120)
+    r = run(str(tmp_path / "missing"))
+    assert r.returncode == 2 and "MODEL_DIR" in r.stderr and "does not exist" in r.stderr
+    r = run(str(tmp_path))
+    assert r.returncode == 3 and "holds no inference model" in r.stderr
+    r = run(str(tmp_path), "--max_batch_size", "0")
+    assert r.returncode == 2 and "--max_batch_size 0" in r.stderr
+
+
+# ---- load, lifetime ------------------------------------------------------------------------------
+def test_a_full_queue_answers_503_with_retry_after(slow_dir):
+    server = Server(slow_dir, "--max_batch_size", "1", "--max_queue", "2", "--max_delay_ms", "0")
+    try:
+        row = {"inputs": [[0.5] * 64]}
+        with cf.ThreadPoolExecutor(24) as pool:
+            answers = list(pool.map(lambda _: server.predict(row), range(48)))
+        codes = [a[0] for a in answers]
+        assert set(codes) <= {200, 503} and 503 in codes and 200 in codes, codes
+        refused = next(a for a in answers if a[0] == 503)
+        assert refused[2]["retry-after"] == "1" and "--max_queue 2" in refused[1]["error"]
+        assert server.predict(row)[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_sigterm_drains_accepted_requests_and_exits_0(slow_dir):
+    server = Server(slow_dir, "--max_batch_size", "4", "--max_delay_ms", "2")
+    results, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                results.append(server.predict({"inputs": [[0.1] * 64] * 2}, timeout=30)[0])
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                results.append(type(exc).__name__)
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=client) for _ in range(12)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    before = len(results)
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(30)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert code == 0, server.err
+    m = re.search(r"(\d+) requests accepted, (\d+) answered, (\d+) refused while draining", server.err)
+    assert m, server.err
+    accepted, answered = int(m.group(1)), int(m.group(2))
+    assert accepted == answered == results.count(200) and before > 0
+    after = results[before:]
+    assert "ConnectionRefusedError" in after  # nobody listens once it stopped
+    assert set(results) <= {200, 503, "ConnectionRefusedError", "RemoteDisconnected", "ConnectionResetError"}
+    server.stop()
+
+
+def test_a_killed_predictor_process_is_restarted_and_its_requests_get_500(slow_dir):
+    server = Server(slow_dir, "--max_batch_size", "1", "--max_delay_ms", "0")
+    try:
+        results, stop = [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                results.append(server.predict({"inputs": [[0.2] * 64]}, timeout=60))
+
+        threads = [threading.Thread(target=client) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        os.kill(server.pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "is ready" not in server.err.split("killed by SIGKILL")[-1]:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        failed = [r for r in results if r[0] == 500]
+        assert failed and all("killed by SIGKILL" in r[1]["error"] for r in failed), [r[:2] for r in results[-5:]]
+        assert set(r[0] for r in results) <= {200, 500}
+        assert server.predict({"inputs": [[0.2] * 64]})[0] == 200  # the new process answers
+        assert "ptrain_serve_worker_restarts_total 1.0" in server.request("GET", "/metrics")[1]
+        assert not _alive(server.pids[0])
+        server.pids = [int(p) for p in re.findall(r"predictor process 0 \(pid (\d+)\) is ready", server.err)]
+    finally:
+        assert server.stop() == 0
+
+
+def test_predictor_processes_die_with_a_killed_server(digits_dir):
+    server = Server(digits_dir[0], "--workers", "2")
+    assert len(server.pids) == 2 and all(_alive(p) for p in server.pids)
+    server.proc.kill()  # SIGKILL: no drain, no cleanup code runs in the server
+    server.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in server.pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in server.pids), "a predictor process outlived its server"
+
+
+# ---- ONNX ----------------------------------------------------------------------------------------
+def test_onnx_export_matches_and_serves(digits_dir, tmp_path):
+    pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install -e '.[onnx]'")
+    pytest.importorskip("paddle2onnx", reason="the onnx extra is not installed: pip install -e '.[onnx]'")
+    import shutil
+
+    from trainer.deploy.onnx_export import export_onnx
+
+    path = str(tmp_path / "inference")
+    shutil.copytree(digits_dir[0], path)
+    report = export_onnx(path)
+    assert report["max_abs_diff"] <= 1e-4 and os.path.isfile(os.path.join(path, "model.onnx"))
+    x = digits_dir[1][:4]
+    (expected,) = run_predictor(create_predictor(path), [x])
+    server = Server(path, "--runtime", "onnxruntime")
+    try:
+        status, body, _ = server.predict({"inputs": x.tolist()})
+        assert status == 200
+        np.testing.assert_allclose(np.asarray(body["outputs"], dtype="float32"), expected, atol=1e-4, rtol=0)
+    finally:
+        assert server.stop() == 0

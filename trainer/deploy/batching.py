@@ -1,0 +1,164 @@
+"""Dynamic batching: requests wait at most ``max_delay`` to share one model call of up to ``max_batch_size`` rows.
+
+``Batcher.submit(request)`` queues a parsed request (its arrays, its row
+count) and returns a future of its own rows of every output; a full queue
+(``max_queue`` requests waiting) raises :class:`QueueFull` at once (the server
+answers 503 with Retry-After). One asyncio task (:meth:`Batcher.run`) waits
+for an idle predictor worker, then for the oldest request's deadline
+(``enqueued + max_delay``) or for ``max_batch_size`` rows, whichever comes
+first, and sends the batch: the requests in arrival order whose arrays have
+the same shapes beyond the batch dimension (texts of different lengths are
+not padded together: what a request gets never depends on its neighbours).
+While every worker is busy requests pile up, so the next batch is full at
+once: batching grows with load by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Deque, List, Optional, Tuple
+
+import numpy as np
+
+
+class QueueFull(RuntimeError):
+    """``max_queue`` requests are already waiting."""
+
+
+@dataclass
+class Pending:
+    arrays: List[np.ndarray]
+    rows: int
+    future: "asyncio.Future"
+    enqueued: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> Tuple:
+        return tuple((a.dtype.str, a.shape[1:]) for a in self.arrays)
+
+
+class Batcher:
+    def __init__(self, pool, max_batch_size: int, max_delay: float, max_queue: int, metrics=None):
+        self.pool = pool
+        self.max_batch_size = max_batch_size
+        self.max_delay = max_delay
+        self.max_queue = max_queue
+        self.metrics = metrics
+        self._queue: Deque[Pending] = collections.deque()
+        self._arrived: Optional[asyncio.Event] = None
+        self._inflight = set()
+        self._task: Optional[asyncio.Task] = None
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._arrived = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self.run())
+
+    def submit(self, arrays: List[np.ndarray], rows: int) -> "asyncio.Future":
+        if len(self._queue) >= self.max_queue:
+            raise QueueFull(f"{len(self._queue)} requests are waiting (--max_queue {self.max_queue})")
+        pending = Pending(arrays, rows, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        self._arrived.set()
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(len(self._queue))
+        return pending.future
+
+    async def run(self) -> None:
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            worker = await self.pool.acquire()
+            while self._queue:  # wait for the oldest's deadline or a full batch
+                head = self._queue[0]
+                left = head.enqueued + self.max_delay - time.monotonic()
+                if left <= 0 or self._rows_like(head) >= self.max_batch_size:
+                    break
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            batch = self._take()
+            if not batch:
+                self.pool.release(worker)
+                continue
+            task = asyncio.get_running_loop().create_task(self._call(worker, batch))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    def _rows_like(self, head: Pending) -> int:
+        key, rows = head.key, 0
+        for p in self._queue:
+            if p.key == key:
+                rows += p.rows
+                if rows >= self.max_batch_size:
+                    break
+        return rows
+
+    def _take(self) -> List[Pending]:
+        while self._queue and self._queue[0].future.done():  # the client went away (cancelled)
+            self._queue.popleft()
+        if not self._queue:
+            return []
+        key = self._queue[0].key
+        batch, rows, keep = [], 0, collections.deque()
+        while self._queue:
+            p = self._queue.popleft()
+            if p.future.done():
+                continue
+            if p.key == key and (not batch or rows + p.rows <= self.max_batch_size):
+                batch.append(p)
+                rows += p.rows
+            else:
+                keep.append(p)
+            if rows >= self.max_batch_size:
+                break
+        keep.extend(self._queue)
+        self._queue = keep
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(len(self._queue))
+        return batch
+
+    async def _call(self, worker, batch: List[Pending]) -> None:
+        arrays = [np.concatenate([p.arrays[i] for p in batch]) if len(batch) > 1 else batch[0].arrays[i]
+                  for i in range(len(batch[0].arrays))]
+        rows = sum(p.rows for p in batch)
+        if self.metrics is not None:
+            self.metrics.batch_size.observe(rows)
+        try:
+            outputs = await self.pool.run(worker, arrays)
+        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        bad = [o.shape for o in outputs if not o.shape or o.shape[0] != rows]
+        start = 0
+        for p in batch:
+            if p.future.done():
+                start += p.rows
+                continue
+            if bad:
+                p.future.set_exception(RuntimeError(f"the model returned outputs of shapes {bad} for a batch of "
+                                                    f"{rows} rows: it must return one row per input row to be served"))
+            else:
+                p.future.set_result([o[start:start + p.rows] for o in outputs])
+            start += p.rows
+
+    async def drain(self, timeout: float) -> None:
+        """Wait until nothing is queued or in flight (at most ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while (self._queue or self._inflight) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,126 @@
+"""Request bodies to model inputs, model outputs to answers, and the one-line error of a bad request.
+
+``POST /v1/predict`` takes JSON:
+
+- ``{"inputs": [...]}``: a batch of instances for a model with one input
+  (``[[...64 numbers...], ...]`` for digits);
+- ``{"inputs": {"name": [...], ...}}``: one batch per input name;
+- with a task's preprocessing (``Preprocessing``), its field instead
+  (``{"images": [base64, ...]}``, ``{"texts": [...]}``).
+
+Every check names the field and what is expected (:class:`BadRequest`, answered
+400): JSON, the field, nesting and shape against the export's input spec
+(``-1`` is any size), dtype (integers for integer inputs, numbers for float
+ones), one batch size across inputs, 1 to ``max_batch_size`` rows. Answers are
+``{"outputs": rows}`` for one output, ``{"outputs": [rows, ...]}`` for several.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+class BadRequest(ValueError):
+    """A request the server cannot run: the message is the one line of the 400 answer."""
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise BadRequest('the body is empty: send JSON such as {"inputs": [[...], ...]}')
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, RecursionError):
+        raise BadRequest("the body is not UTF-8 JSON (or is nested too deeply): send JSON") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): send JSON such "
+                         'as {"inputs": [[...], ...]}') from None
+
+
+def _shape_text(shape: Optional[Sequence[int]]) -> str:
+    if not shape:
+        return "[N, ...]"
+    return "[" + ", ".join("N" if i == 0 else ("any" if d < 0 else str(d)) for i, d in enumerate(shape)) + "]"
+
+
+def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
+    """One input's batch as an array of the spec's dtype and shape, else BadRequest naming ``field``."""
+    dtype, shape = np.dtype(spec["dtype"]), spec.get("shape")
+    expect = f"{_shape_text(shape)} of {'integers' if dtype.kind in 'iu' else 'booleans' if dtype.kind == 'b' else 'numbers'}"
+    if not isinstance(value, (list, np.ndarray)):  # arrays: from a task's preprocessing
+        raise BadRequest(f"{field}: expected a list of instances (a batch, shape {expect}), got {type(value).__name__}")
+    if len(value) == 0:
+        raise BadRequest(f"{field}: the batch is empty: send 1 to {max_rows} instances")
+    try:
+        raw = np.asarray(value)
+    except (ValueError, TypeError, RecursionError):
+        raise BadRequest(f"{field}: the instances are not a regular nested list (ragged rows?): expected {expect}") from None
+    if raw.dtype == object or raw.dtype.kind in "USV":
+        what = "strings" if raw.dtype.kind in "US" else "mixed types or integers beyond 64 bits"
+        raise BadRequest(f"{field}: expected {expect}, got {what}")
+    if dtype.kind in "iu" and raw.dtype.kind not in "iub":
+        raise BadRequest(f"{field}: expected integers (the model's input is {dtype.name}), got numbers with a fraction "
+                         "or exponent")
+    if dtype.kind == "b" and raw.dtype.kind != "b":
+        raise BadRequest(f"{field}: expected true/false (the model's input is bool), got {raw.dtype.kind} values")
+    if shape:
+        if raw.ndim != len(shape):
+            raise BadRequest(f"{field}: expected shape {expect}, got {list(raw.shape)} ({raw.ndim} dimensions, the "
+                             f"model takes {len(shape)})")
+        for i, (got, want) in enumerate(zip(raw.shape[1:], shape[1:]), start=1):
+            if want >= 0 and got != want:
+                raise BadRequest(f"{field}: expected shape {expect}, got {list(raw.shape)} (dimension {i} must be {want})")
+    if raw.ndim == 0:
+        raise BadRequest(f"{field}: expected a list of instances of shape {expect}")
+    if raw.shape[0] > max_rows:
+        raise BadRequest(f"{field}: {raw.shape[0]} instances in one request, at most {max_rows} (--max_batch_size): "
+                         "split the batch")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if raw.size and (raw.min() < info.min or raw.max() > info.max):
+            raise BadRequest(f"{field}: a value is out of the range of {dtype.name}")
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(raw.astype(dtype, copy=False))
+
+
+def parse_inputs(body: Any, inputs: List[dict], max_rows: int) -> Tuple[List[np.ndarray], int]:
+    """``(arrays in the spec's order, rows)`` of a ``{"inputs": ...}`` body, else BadRequest."""
+    if not isinstance(body, dict):
+        raise BadRequest(f'the body must be a JSON object such as {{"inputs": [...]}}, got a {type(body).__name__}')
+    if "inputs" not in body:
+        raise BadRequest(f'the field "inputs" is missing: send {{"inputs": [...]}} (a batch{_one_or_named(inputs)})')
+    value = body["inputs"]
+    names = [s["name"] for s in inputs]
+    if isinstance(value, dict):
+        missing = [n for n in names if n not in value]
+        unknown = [k for k in value if k not in names]
+        if missing or unknown:
+            raise BadRequest(f"inputs: the model takes inputs {names}; "
+                             + ("missing " + ", ".join(missing) if missing else "")
+                             + ("; " if missing and unknown else "")
+                             + ("unknown " + ", ".join(unknown) if unknown else ""))
+        arrays = [to_array(value[s["name"]], s, f"inputs.{s['name']}", max_rows) for s in inputs]
+    elif len(inputs) > 1:
+        raise BadRequest(f"inputs: the model takes {len(inputs)} inputs {names}: send "
+                         '{"inputs": {"' + names[0] + '": [...], ...}}')
+    else:
+        arrays = [to_array(value, inputs[0], "inputs", max_rows)]
+    rows = {a.shape[0] for a in arrays}
+    if len(rows) > 1:
+        raise BadRequest(f"inputs: every input needs the same number of instances, got "
+                         + ", ".join(f"{n}: {a.shape[0]}" for n, a in zip(names, arrays)))
+    return arrays, rows.pop()
+
+
+def _one_or_named(inputs: List[dict]) -> str:
+    if len(inputs) == 1:
+        return f" of instances, shape {_shape_text(inputs[0].get('shape'))}"
+    return ", or an object of one batch per input: " + ", ".join(s["name"] for s in inputs)
+
+
+def answer(outputs: List[np.ndarray]) -> Dict[str, Any]:
+    """``{"outputs": rows}`` for one output, ``{"outputs": [rows per output]}`` for several."""
+    rows = [o.tolist() for o in outputs]
+    return {"outputs": rows[0] if len(rows) == 1 else rows}

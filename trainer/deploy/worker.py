@@ -1,0 +1,68 @@
+"""The predictor worker process: one runtime, fed batches over a pipe by the server.
+
+``paddle.inference`` holds the GIL while it runs, so the model cannot run in
+the process that parses HTTP requests; each worker is its own process
+(started with ``spawn``: paddle must not be forked). Its life:
+
+1. dies with the server (``die_with_parent``: SIGKILL when the server process
+   is gone, whatever killed it) and ignores SIGINT/SIGTERM (a Ctrl-C to the
+   terminal's process group must not kill it while the server drains: the
+   server ends it by closing the pipe);
+2. loads the runtime, runs a warm-up batch of 1 and of ``max_batch_size`` rows,
+   sends ``("ready", {"inputs", "outputs", "pid"})``;
+3. answers each ``(batch_id, [arrays])`` with ``(batch_id, "ok", [arrays])`` or
+   ``(batch_id, "error", "<one line>")``; an end of the pipe (or ``None``) ends it.
+
+A failure to load sends ``("failed", "<one line>")`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, Dict
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1].strip() if text else ''}".rstrip(": ")
+
+
+def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
+    """The worker's entry point (``multiprocessing`` target). ``options``: model_dir, prefix, runtime,
+    device, threads, max_batch_size."""
+    from ..process import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    die_with_parent(signal.SIGKILL, parent_pid)
+    os.environ.setdefault("GLOG_minloglevel", "2")
+    try:
+        from .runtimes import load_runtime, synthetic_batch
+
+        runtime = load_runtime(options["runtime"], options["model_dir"], options.get("device", "cpu"),
+                               int(options.get("threads", 1)), options.get("prefix"))
+        for rows in sorted({1, int(options.get("max_batch_size", 1))}):
+            if all(s.get("shape") for s in runtime.inputs):
+                runtime.run(synthetic_batch(runtime.inputs, rows))
+    except BaseException as exc:  # noqa: BLE001 - reported to the server, which exits with it
+        conn.send(("failed", _first_line(exc)))
+        sys.exit(1)
+    conn.send(("ready", {"inputs": runtime.inputs, "outputs": runtime.outputs, "pid": os.getpid()}))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        if message is None:
+            break
+        batch_id, arrays = message
+        try:
+            outputs = runtime.run(arrays)
+        except Exception as exc:  # noqa: BLE001 - the batch's requests get the line; the worker goes on
+            conn.send((batch_id, "error", _first_line(exc)))
+            continue
+        conn.send((batch_id, "ok", [o for o in outputs]))
+    conn.close()
+    os._exit(0)  # nothing to flush; paddle's teardown would only lengthen the server's drain
