@@ -102,16 +102,25 @@ class TurboTransform:
             return None
         if colorspace not in TURBO_COLORSPACES or height < 1 or width < 1:
             return None
-        top, left, h, w = self.box(height, width)  # drawn before decoding: the RNG use matches Pillow's path
+        box = self.box(height, width)  # drawn before decoding: the RNG use matches Pillow's path
         flip = self.train and flip_coin()
-        scale = dct_scale(h, w, self.size)
         try:
-            image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-height // scale),
-                                           min_width=-(-width // scale), fastdct=self.train, fastupsample=self.train)
+            image, scaled_box = self.decode_scaled(data, height, width, box)
         except ValueError:  # truncated or damaged: Pillow decides
             return None
+        return self._finish(image, scaled_box, flip)
+
+    def decode_scaled(self, data: bytes, height: int, width: int, box):
+        """The JPEG decoded at :func:`dct_scale` of ``box`` (libjpeg-turbo), and ``box`` in its pixels.
+        ValueError when libjpeg-turbo reports any error or warning (a truncated file)."""
+        import simplejpeg
+
+        scale = dct_scale(box[2], box[3], self.size)
+        image = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-height // scale),
+                                       min_width=-(-width // scale), fastdct=self.train, fastupsample=self.train)
         fy, fx = image.shape[0] / height, image.shape[1] / width
-        return self._finish(image, (top * fy, left * fx, h * fy, w * fx), flip)
+        top, left, h, w = box
+        return image, (top * fy, left * fx, h * fy, w * fx)
 
     def __call__(self, image) -> np.ndarray:
         array = np.asarray(image, dtype="uint8")
