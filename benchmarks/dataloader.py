@@ -33,6 +33,12 @@ interleaved, ``--repeats`` rounds, medians reported):
    step of the run and of each epoch left out (as GPUUtilizationMonitor
    does): data-wait share = wait / step time.
 
+*Decoder limit*: images per CPU-second of libjpeg-turbo alone on the same
+files (read + full-size decode, nothing else): the speed a pipeline that
+decodes whole images cannot beat. On ~500x375 images a 224 crop is rarely
+small enough for a reduced DCT scale; ``--scale 2`` (~1000x750 photos) shows
+the reduced-scale decode at work.
+
 *Evaluation path*: mean absolute difference (in 1/255) of the deterministic
 evaluation crops (resize 256, center crop 224) of ``turbo`` and ``dali`` from
 ``pillow``'s, over the first 128 images (target: within 8/255).
@@ -42,6 +48,7 @@ Run::
     python -m benchmarks dataloader                        # 512 images, workers 0,2, every backend: a few minutes
     python -m benchmarks dataloader --repeats 3 --epochs 0 # pipeline only, 3 interleaved rounds
     python -m benchmarks dataloader --images 2048 --workers 0,2,4 --backends pillow,turbo
+    python -m benchmarks dataloader --scale 2 --epochs 0     # ~1000x750 photos
 """
 
 from __future__ import annotations
@@ -61,23 +68,24 @@ BACKENDS = ("pillow", "turbo", "dali")
 EVAL_IMAGES = 128
 
 
-def generate_jpegs(root: str, count: int, classes: int = 4, seed: int = 0) -> List[str]:
-    """``count`` JPEGs under ``root/class_<k>/``; returns their paths."""
+def generate_jpegs(root: str, count: int, classes: int = 4, seed: int = 0, scale: float = 1.0) -> List[str]:
+    """``count`` JPEGs under ``root/class_<k>/`` (~500x375 times ``scale``); returns their paths."""
     import numpy as np
     from PIL import Image
 
     rng = np.random.RandomState(seed)
-    noise = rng.normal(0, 12, size=(600, 800, 3)).astype("float32")  # cropped at random offsets per image
+    big_h, big_w = int(600 * scale), int(800 * scale)
+    noise = rng.normal(0, 12, size=(big_h, big_w, 3)).astype("float32")  # cropped at random offsets per image
     paths = []
     for k in range(classes):
         os.makedirs(os.path.join(root, f"class_{k}"), exist_ok=True)
     for i in range(count):
-        h, w = int(rng.randint(300, 450)), int(rng.randint(400, 600))
-        yy, xx = np.mgrid[0:h, 0:w].astype("float32")
+        h, w = int(rng.randint(300, 450) * scale), int(rng.randint(400, 600) * scale)
+        yy, xx = np.mgrid[0:h, 0:w].astype("float32") / scale
         base = rng.uniform(0, 255, size=3)
         slope = rng.uniform(-0.4, 0.4, size=(3, 2))
         img = np.stack([base[c] + slope[c, 0] * yy + slope[c, 1] * xx for c in range(3)], axis=2)
-        y0, x0 = int(rng.randint(0, 600 - h)), int(rng.randint(0, 800 - w))
+        y0, x0 = int(rng.randint(0, big_h - h + 1)), int(rng.randint(0, big_w - w + 1))
         img += noise[y0:y0 + h, x0:x0 + w]
         path = os.path.join(root, f"class_{i % classes}", f"img_{i:05d}.jpg")
         Image.fromarray(np.clip(img, 0, 255).astype("uint8")).save(path, quality=90)
@@ -85,9 +93,9 @@ def generate_jpegs(root: str, count: int, classes: int = 4, seed: int = 0) -> Li
     return paths
 
 
-def make_tree(root: str, count: int, seed: int = 0) -> None:
+def make_tree(root: str, count: int, seed: int = 0, scale: float = 1.0) -> None:
     """``root/train/class_k/*.jpg`` and ``root/val`` (a link to the same files)."""
-    generate_jpegs(os.path.join(root, "train"), count, seed=seed)
+    generate_jpegs(os.path.join(root, "train"), count, seed=seed, scale=scale)
     os.symlink("train", os.path.join(root, "val"))
 
 
@@ -222,6 +230,27 @@ def eval_difference(root: str, backends: List[str]) -> dict:
             for b, c in crops.items() if b != "pillow"}
 
 
+def decoder_limit(root: str) -> dict:
+    """Images per CPU-second of libjpeg-turbo alone: read + full-size decode (fast IDCT and upsampling, as the
+    turbo training path), no crop, resize or batching: what a pipeline that decodes whole images cannot beat."""
+    import resource
+
+    import simplejpeg
+
+    folder = os.path.join(root, "train")
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files)
+
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    start = cpu()
+    for path in paths:
+        with open(path, "rb") as f:
+            simplejpeg.decode_jpeg(f.read(), fastdct=True, fastupsample=True)
+    return {"decode_only_images_per_cpu_s": len(paths) / (cpu() - start)}
+
+
 def summarize(runs: List[dict]) -> List[dict]:
     """Median of each (backend, workers) over the repeats; ratios to Pillow's at the same workers."""
     keys = sorted({(r["backend"], r["workers"]) for r in runs}, key=lambda k: (k[1], BACKENDS.index(k[0])))
@@ -240,7 +269,8 @@ def summarize(runs: List[dict]) -> List[dict]:
     return rows
 
 
-def report(rows: List[dict], evals: dict, images: int, batch: int, epochs: int, repeats: int, info: dict) -> str:
+def report(rows: List[dict], evals: dict, images: int, batch: int, epochs: int, repeats: int, info: dict,
+           limit: float = float("nan"), scale: float = 1.0) -> str:
     train = epochs > 0
     headers = ["backend", "workers", "images/s", "cores busy", "images per CPU-s", "per CPU-s vs pillow"]
     if train:
@@ -255,9 +285,12 @@ def report(rows: List[dict], evals: dict, images: int, batch: int, epochs: int, 
         table.append(line)
     lines = [
         f"Machine: {common.machine_line(info)}; {common.load_line()} at the end of the run.",
-        f"{images} generated JPEGs (~500x375), RandomResizedCrop 224 + flip, uint8 CHW, batch {batch}; "
+        f"{images} generated JPEGs (~{int(500 * scale)}x{int(375 * scale)}), RandomResizedCrop 224 + flip, uint8 CHW, "
+        f"batch {batch}; "
         f"medians of {repeats} interleaved round(s); CPU time counts the loader's workers and DALI's threads.",
-        "", common.markdown_table(headers, table), ""]
+        "", common.markdown_table(headers, table), "",
+        f"The decoder alone (libjpeg-turbo, whole images at full size, fast IDCT; read + decode, nothing else): "
+        f"{limit:.1f} images per CPU-s (median of the rounds).", ""]
     if evals:
         lines += ["Evaluation path (resize 256, center crop 224) against Pillow's, first "
                   f"{EVAL_IMAGES} images: " + "; ".join(
@@ -275,6 +308,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epochs", type=int, default=2, help="training epochs per setting (default 2; 0: pipeline only)")
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds (default 1)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="image size factor (default 1: ~500x375, ImageNet's average; 2: ~1000x750 photos)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
@@ -283,7 +318,11 @@ def main(argv=None) -> int:
     p.add_argument("--child-backend", help=argparse.SUPPRESS)
     p.add_argument("--child-workers", type=int, help=argparse.SUPPRESS)
     p.add_argument("--child-eval", help=argparse.SUPPRESS)  # the backends to compare
+    p.add_argument("--child-decoder", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.child and a.child_decoder:
+        common.emit(decoder_limit(a.child))
+        return 0
     if a.child and a.child_eval:
         common.emit(eval_difference(a.child, common.split_list(a.child_eval)))
         return 0
@@ -307,10 +346,12 @@ def main(argv=None) -> int:
     root = tempfile.mkdtemp(prefix="bench-jpegs-")
     try:
         start = time.perf_counter()
-        make_tree(root, a.images, seed=a.seed)
+        make_tree(root, a.images, seed=a.seed, scale=a.scale)
         print(f"  generated {a.images} JPEGs in {time.perf_counter() - start:.1f} s", flush=True)
-        runs = []
+        runs, limits = [], []
         for _ in range(a.repeats):
+            limits.append(common.run_child([sys.executable, "-m", "benchmarks.dataloader", "--child", root,
+                                            "--child-decoder"], timeout=a.timeout)["decode_only_images_per_cpu_s"])
             for w in workers:
                 for backend in backends:
                     cmd = [sys.executable, "-m", "benchmarks.dataloader", "--child", root, "--child-backend", backend,
@@ -327,10 +368,12 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows = summarize(runs)
-    text = report(rows, evals, a.images, a.batch, a.epochs, a.repeats, info)
+    limit = common.median(limits)
+    text = report(rows, evals, a.images, a.batch, a.epochs, a.repeats, info, limit, a.scale)
     print()
     print(text)
-    common.write_outputs(text, {"machine": info, "rows": rows, "runs": runs, "eval_vs_pillow": evals},
+    common.write_outputs(text, {"machine": info, "rows": rows, "runs": runs, "eval_vs_pillow": evals,
+                                "decode_only_images_per_cpu_s": limit, "scale": a.scale},
                          a.markdown, a.json)
     return 0
 

@@ -29,13 +29,14 @@ import numpy as np
 
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
+_LOG_RATIO = (math.log(RATIO[0]), math.log(RATIO[1]))
 
 
 def random_resized_crop_box(height: int, width: int, scale: Sequence[float] = SCALE,
                             ratio: Sequence[float] = RATIO, attempts: int = 10) -> Tuple[int, int, int, int]:
     """``RandomResizedCrop``'s ``(top, left, h, w)`` for an image of ``height`` x ``width`` pixels."""
     area = height * width
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    log_ratio = _LOG_RATIO if tuple(ratio) == RATIO else (math.log(ratio[0]), math.log(ratio[1]))
     for _ in range(attempts):
         target_area = np.random.uniform(*scale) * area
         aspect = math.exp(np.random.uniform(*log_ratio))

@@ -181,16 +181,25 @@ class DaliImageFolder(ImageFolderDataset):
                 self.dali_batches += 1
                 for pos, k in enumerate(chosen):
                     samples[k] = (images[pos], self.labels[indices[k]])
+        on_gpu = bool(chosen) and self.device == "mixed"
         for k, i in enumerate(indices):
             if samples[k] is None:
                 self.fallback_samples += 1
                 samples[k] = self[i]
+                if on_gpu:  # one batch, one kind of array: the host-decoded image joins the others on the card
+                    samples[k] = (_to_device(samples[k][0], images), samples[k][1])
         return samples
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_pipe"], state["_pipe_batch"] = None, 0  # a DALI pipeline does not pickle: built again where used
         return state
+
+
+def _to_device(image: np.ndarray, like):
+    import paddle
+
+    return paddle.to_tensor(image, place=like.place)
 
 
 def _host_or_device(out, device: str):

@@ -13,7 +13,9 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
    upsampling (+25%; the augmentation moves pixels far more); evaluation with
    the accurate ones;
 4. crop first, then one antialiased resize of the crop to the output size
-   (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out.
+   (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out
+   (a strided view of the resized image: the batch's ``np.stack`` copies it
+   once, instead of a copy here and another there).
    The model normalizes on the device as with every other backend.
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
@@ -137,7 +139,7 @@ class TurboTransform:
         out = resize_antialiased(image[y0:y1, x0:x1], self.size)
         if flip:
             out = out[:, ::-1]
-        return np.ascontiguousarray(out.transpose(2, 0, 1))
+        return out.transpose(2, 0, 1)  # a view: the collate's np.stack makes the one copy
 
 
 def dct_scale(height: float, width: float, size: int) -> int:
