@@ -14,8 +14,7 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
    the accurate ones;
 4. crop first, then one antialiased resize of the crop to the output size
    (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out
-   (a strided view of the resized image: the batch's ``np.stack`` copies it
-   once, instead of a copy here and another there).
+   (``cv2.split``: faster than a transposed copy).
    The model normalizes on the device as with every other backend.
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
@@ -137,9 +136,10 @@ class TurboTransform:
         y1 = min(image.shape[0], max(y0 + 1, int(round(top + h))))
         x1 = min(image.shape[1], max(x0 + 1, int(round(left + w))))
         out = resize_antialiased(image[y0:y1, x0:x1], self.size)
+        cv2 = _opencv()
         if flip:
-            out = out[:, ::-1]
-        return out.transpose(2, 0, 1)  # a view: the collate's np.stack makes the one copy
+            out = cv2.flip(out, 1)
+        return np.stack(cv2.split(out))  # CHW, contiguous (np.stack of strided views is 2.5x slower)
 
 
 def dct_scale(height: float, width: float, size: int) -> int:
