@@ -280,7 +280,7 @@ def check_dali(tmp: str) -> Row:
     import numpy as np
 
     from benchmarks.dataloader import generate_jpegs
-    from models.resnet.dali import DaliImageFolder, dali_missing
+    from models.resnet.dali import DaliImageFolder, dali_missing, default_threads
     from models.resnet.turbo import TurboTransform
 
     missing = dali_missing()
@@ -304,7 +304,7 @@ def check_dali(tmp: str) -> Row:
     ok = "gpu" in place.lower() and mad <= 8
     return Row("dali", "PASS" if ok else "FAIL",
                f"mixed decode: batches on {place}, {speed['mixed']:.0f} images/s vs DALI CPU {speed['cpu']:.0f} "
-               f"images/s ({DaliImageFolder(root, TurboTransform.for_evaluation(224, 256)).threads} threads); "
+               f"images/s ({default_threads()} threads); "
                f"eval crops differ from the CPU decode by {mad:.2f}/255 on average (limit 8)")
 
 
