@@ -54,14 +54,12 @@ def test_allreduce_runs_under_launch(tmp_path):
 
 
 def test_dataloader_measures_each_backend_per_cpu_second(tmp_path):
-    from models.resnet.dali import dali_missing
-
-    out = tmp_path / "dataloader.json"
-    assert dataloader.main(["--images", "64", "--workers", "0", "--epochs", "1", "--backends", "turbo,dali",
+    out = tmp_path / "dataloader.json"  # dali: tests/models/test_resnet_dali.py (a child costs a paddle import)
+    assert dataloader.main(["--images", "64", "--workers", "0", "--epochs", "1", "--backends", "turbo",
                             "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]
-    backends = ["pillow", "turbo"] + (["dali"] if dali_missing() is None else [])
+    backends = ["pillow", "turbo"]
     assert [r["backend"] for r in rows] == backends and all(r["workers"] == 0 for r in rows)
     for r in rows:
         assert r["pipeline_images"] == 64 and r["images_per_s"] > 0 and r["images_per_cpu_s"] > 0
@@ -70,6 +68,7 @@ def test_dataloader_measures_each_backend_per_cpu_second(tmp_path):
     assert rows[0]["cpu_s_ratio_to_pillow"] == 1.0
     assert set(result["eval_vs_pillow"]) == set(backends[1:])
     assert all(v["mean_abs_diff"] <= 8 for v in result["eval_vs_pillow"].values())
+    assert result["decode_only_images_per_cpu_s"] > 0
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["nope"]])
