@@ -24,6 +24,11 @@ Checks (each PASS, FAIL or SKIP with the reason and the numbers measured):
   the training card within the GPU tolerance; the measured difference is shown.
 - ``cuda_rng_resume``: a run with dropout saved at step 6 and resumed ends bitwise
   equal to the uninterrupted run; the checkpoint holds this card's CUDA generator.
+- ``dali``: ``--data_backend dali`` on the first GPU: the "mixed" decode (nvJPEG) of
+  256 generated JPEGs gives batches on that card (paddle tensors over DLPack), its
+  evaluation crops are within 8/255 mean absolute difference of DALI's CPU decode
+  of the same boxes, and its images/s are shown next to the CPU pipeline's (SKIP
+  without ``pip install '.[dali]'``).
 
 Without a GPU it says so and exits 0 (the CPU test suite covers the rest).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -271,6 +276,38 @@ def check_rng_resume(tmp: str) -> Row:
     return Row("cuda_rng_resume", "PASS" if ok else "FAIL", detail)
 
 
+def check_dali(tmp: str) -> Row:
+    import numpy as np
+
+    from benchmarks.dataloader import generate_jpegs
+    from models.resnet.dali import DaliImageFolder, dali_missing, default_threads
+    from models.resnet.turbo import TurboTransform
+
+    missing = dali_missing()
+    if missing:
+        return Row("dali", "SKIP", f"NVIDIA DALI not installed ({missing}): pip install '.[dali]'")
+    root = os.path.join(tmp, "dali-jpegs")
+    generate_jpegs(root, 256)
+    batches = [list(range(i, i + 64)) for i in range(0, 256, 64)]
+    speed, first = {}, {}
+    for device in ("mixed", "cpu"):
+        ds = DaliImageFolder(root, TurboTransform.for_evaluation(224, 256), device=device)
+        first[device] = ds.__getitems__(batches[0])  # builds the pipeline, warms nvJPEG up
+        start = time.perf_counter()
+        for b in batches:
+            ds.__getitems__(b)
+        speed[device] = 256 / (time.perf_counter() - start)
+    place = str(first["mixed"][0][0].place)
+    gpu = np.stack([np.asarray(x.numpy()) for x, _ in first["mixed"]]).astype("int32")
+    cpu = np.stack([x for x, _ in first["cpu"]]).astype("int32")
+    mad = float(np.abs(gpu - cpu).mean())
+    ok = "gpu" in place.lower() and mad <= 8
+    return Row("dali", "PASS" if ok else "FAIL",
+               f"mixed decode: batches on {place}, {speed['mixed']:.0f} images/s vs DALI CPU {speed['cpu']:.0f} "
+               f"images/s ({default_threads()} threads); "
+               f"eval crops differ from the CPU decode by {mad:.2f}/255 on average (limit 8)")
+
+
 # ---- driver ----------------------------------------------------------------------------------------
 CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "card_per_rank": lambda n, tmp: check_card_per_rank(n),
@@ -280,6 +317,7 @@ CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "nvml": lambda n, tmp: check_nvml(),
     "export": lambda n, tmp: check_export(tmp),
     "cuda_rng_resume": lambda n, tmp: check_rng_resume(tmp),
+    "dali": lambda n, tmp: check_dali(tmp),
 }
 
 

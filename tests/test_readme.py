@@ -59,6 +59,7 @@ def test_ci_runs_the_readme_test_command():
     with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
         ci = f.read()
     assert test_command.replace("pip install", "python -m pip install") in ci
+    assert 'python -m pip install -e ".[dali]"' in ci  # CI also tests --data_backend dali for real
 
 
 def test_the_test_extra_installs_what_the_docs_build_needs():

@@ -6,7 +6,10 @@
   by class.
 * ``imagefolder``: ``DATA_DIR/train/<class>/*`` and ``DATA_DIR/val/<class>/*``
   (and ``DATA_DIR/test/`` when present; otherwise the test set is ``val/``),
-  see :mod:`models.resnet.imagefolder`.
+  see :mod:`models.resnet.imagefolder`, decoded by ``options.data_backend``:
+  ``turbo`` (default: libjpeg-turbo at a reduced DCT scale + OpenCV,
+  Pillow for other files, :mod:`models.resnet.turbo`), ``pillow`` (Pillow +
+  ``paddle.vision.transforms``) or ``dali`` (NVIDIA DALI, :mod:`models.resnet.dali`).
 * ``cifar10``: ``paddle.vision.datasets.Cifar10`` from a local
   ``cifar-10-python.tar.gz`` (``--data_dir`` the file or its folder, or
   paddle's cache); downloads only when the server answers within seconds,
@@ -35,6 +38,7 @@ import paddle
 from trainer.errors import DataError
 
 from .imagefolder import ImageFolderDataset
+from .turbo import TurboTransform
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, eval_transform, imagefolder_train
 
 logger = logging.getLogger("models.resnet")
@@ -121,14 +125,28 @@ def imagefolder_data(options) -> DataBundle:
             raise DataError(f"{d} does not exist: --data_dir must hold train/ and val/, each with one folder per class "
                             "(the ImageNet layout)")
     size, resize = options.image_size, options.resize_size
-    train = ImageFolderDataset(train_dir, imagefolder_train(size), bad_images=options.bad_images)
+    backend = getattr(options, "data_backend", "turbo")
+    if backend == "dali":
+        from .dali import DaliImageFolder as Folder
+    else:
+        Folder = ImageFolderDataset
+    train_t, eval_t = _folder_transforms(backend, size, resize, options.augment)
+    train = Folder(train_dir, train_t, bad_images=options.bad_images)
     classes = train.classes
-    val = ImageFolderDataset(val_dir, eval_transform(size, resize), classes=classes, bad_images=options.bad_images)
+    val = Folder(val_dir, eval_t, classes=classes, bad_images=options.bad_images)
     has_test = os.path.isdir(test_dir)
-    test = ImageFolderDataset(test_dir, eval_transform(size, resize), classes=classes,
-                              bad_images=options.bad_images) if has_test else val
+    test = Folder(test_dir, eval_t, classes=classes, bad_images=options.bad_images) if has_test else val
     return DataBundle(train, val, test, classes, _preprocess(size, resize, classes, "imagefolder"),
                       info={"test_split": "test" if has_test else "val (no test/ folder)"})
+
+
+def _folder_transforms(backend: str, size: int, resize: int, augment: bool):
+    """(training, evaluation) transforms of an ImageFolder tree; without ``augment`` training uses the evaluation one."""
+    if backend == "pillow":
+        train, evaluate = imagefolder_train(size), eval_transform(size, resize)
+    else:  # turbo, and dali's per-sample path (a bad batch, __getitem__)
+        train, evaluate = TurboTransform.for_training(size), TurboTransform.for_evaluation(size, resize)
+    return (train if augment else evaluate), evaluate
 
 
 def cifar10_data(options) -> DataBundle:

@@ -1,5 +1,8 @@
 """``ImageFolderDataset``: images in one sub-directory per class (the ImageNet
-``train/`` and ``val/`` layout), decoded with PIL in DataLoader workers.
+``train/`` and ``val/`` layout), decoded in DataLoader workers by the
+transform: a transform with ``from_file(path)`` reads the file itself
+(``models.resnet.turbo``: libjpeg-turbo for JPEGs, Pillow for the rest);
+any other transform gets the image as decoded by Pillow (:func:`read_rgb`).
 
     root/n01440764/n01440764_10026.JPEG
     root/n01443537/...
@@ -105,11 +108,12 @@ def read_rgb(path: str, hint: str = "replace or delete the file, or pass --bad_i
 
 
 class ImageFolderDataset(paddle.io.Dataset):
-    """(CHW float32 image, int64 label) pairs from a class-per-folder tree.
+    """(image, int64 label) pairs from a class-per-folder tree (the ResNet task's transforms give uint8 CHW).
 
     Args:
         root: the folder (e.g. ``imagenet/train``).
-        transform: PIL RGB image -> array (see ``models.resnet.transforms``).
+        transform: PIL RGB image -> array (see ``models.resnet.transforms``), or an object
+            with ``from_file(path) -> array`` that decodes the file itself (``models.resnet.turbo``).
         classes: class names in label order; default: the sorted sub-folders of ``root``.
         bad_images: ``fail`` or ``skip`` (see the module docstring).
     """
@@ -143,7 +147,7 @@ class ImageFolderDataset(paddle.io.Dataset):
             if self._bad[j]:
                 continue
             try:
-                image = read_rgb(self.path(j))
+                pixels = self._load(self.path(j))
             except BadImageError as exc:  # never raise here (see the module docstring)
                 self._bad[j] = 1
                 self._any_bad.value = 1
@@ -152,11 +156,17 @@ class ImageFolderDataset(paddle.io.Dataset):
                     logger.warning("unreadable image %s (%s): %s", exc.path, exc.reason,
                                    "using the next image" if self.bad_images == "skip" else "the run stops")
                 continue
-            return self.transform(image), self.labels[j]
+            return pixels, self.labels[j]
         self._broken.value = 1
         from PIL import Image
 
         return self.transform(Image.new("RGB", (8, 8))), self.labels[int(i)]
+
+    def _load(self, path: str):
+        from_file = getattr(self.transform, "from_file", None)
+        if from_file is not None:
+            return from_file(path)  # raises BadImageError for an unreadable file
+        return self.transform(read_rgb(path))
 
     def has_bad(self) -> bool:
         """Whether any file was found unreadable (one shared byte: cheap enough for every step)."""

@@ -30,6 +30,7 @@ from .model import DEPTHS, build_resnet, load_pretrained
 from .predict import predict, preprocessing
 
 DATASETS = ("auto", "digits", "imagefolder", "cifar10")
+DATA_BACKENDS = ("turbo", "pillow", "dali")
 
 
 @dataclass
@@ -46,6 +47,7 @@ class ResNetOptions:
     zero_init_residual: bool = False      # gamma = 0 in the last BatchNorm of each residual block
     label_smoothing: float = 0.0          # of the cross-entropy loss
     pretrained: Optional[str] = None      # a .safetensors / .pdparams file, or 'imagenet' (paddle's cache or download)
+    data_backend: str = "turbo"           # imagefolder decoding: turbo (libjpeg-turbo + OpenCV; Pillow for non-JPEG) | pillow | dali
     bad_images: str = "skip"              # unreadable image files: skip (log, count, use the next image) | fail
     val_fraction: float = 0.1             # digits and cifar10: share held out for validation
     test_fraction: float = 0.2            # digits: share held out for the test
@@ -75,6 +77,18 @@ class ResNetOptions:
             raise ConfigError(f"resize_size={self.resize_size} is not allowed: resize_size must be >= image_size ({self.image_size})")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"label_smoothing={self.label_smoothing!r} is not allowed: label_smoothing must be in [0, 1)")
+        if self.data_backend not in DATA_BACKENDS:
+            raise ConfigError(f"data_backend={self.data_backend!r} is not allowed: choose one of {', '.join(DATA_BACKENDS)}")
+        if self.data_backend == "dali":
+            if self.dataset != "imagefolder":
+                raise ConfigError(f"data_backend=dali reads image files: it needs --dataset imagefolder (--data_dir DIR), "
+                                  f"not {self.dataset}")
+            from .dali import dali_missing
+
+            missing = dali_missing()
+            if missing:
+                raise ConfigError(f"data_backend=dali needs NVIDIA DALI ({missing}): pip install '.[dali]' "
+                                  "(nvidia-dali-cuda120), or use --data_backend turbo")
         if self.bad_images not in BAD_IMAGE_CHOICES:
             raise ConfigError(f"bad_images={self.bad_images!r} is not allowed: choose skip or fail")
         if self.pretrained and self.pretrained != "imagenet" and not os.path.isfile(self.pretrained):
@@ -85,6 +99,9 @@ class ResNetOptions:
 
 
 def build(options: ResNetOptions, args) -> TaskRun:
+    if options.data_backend == "dali" and args.dataloader_num_workers > 0:
+        raise ConfigError(f"--data_backend dali decodes in DALI's own threads: set --dataloader_num_workers 0 "
+                          f"(it is {args.dataloader_num_workers})")
     paddle.seed(args.seed)  # the initial weights follow the run's seed
     data = build_datasets(options)
     model = build_resnet(options.depth, len(data.class_names), options.zero_init_residual)

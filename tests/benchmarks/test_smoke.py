@@ -53,14 +53,22 @@ def test_allreduce_runs_under_launch(tmp_path):
     assert "busbw (GB/s)" in (tmp_path / "allreduce.md").read_text()
 
 
-def test_dataloader_measures_each_worker_setting(tmp_path):
-    out = tmp_path / "dataloader.json"
-    assert dataloader.main(["--images", "64", "--workers", "0,1", "--epochs", "2", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["workers"] for r in rows] == [0, 1]
+def test_dataloader_measures_each_backend_per_cpu_second(tmp_path):
+    out = tmp_path / "dataloader.json"  # dali: tests/models/test_resnet_dali.py (a child costs a paddle import)
+    assert dataloader.main(["--images", "64", "--workers", "0", "--epochs", "1", "--backends", "turbo",
+                            "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    backends = ["pillow", "turbo"]
+    assert [r["backend"] for r in rows] == backends and all(r["workers"] == 0 for r in rows)
     for r in rows:
-        assert r["pipeline_images_per_s"] > 0 and r["train_steps"] == 2  # 2 epochs x 2 steps, first of each left out
+        assert r["pipeline_images"] == 64 and r["images_per_s"] > 0 and r["images_per_cpu_s"] > 0
+        assert r["train_steps"] == 1  # 1 epoch x 2 steps, the first left out
         assert 0.0 <= r["data_wait_share"] <= 1.0
+    assert rows[0]["cpu_s_ratio_to_pillow"] == 1.0
+    assert set(result["eval_vs_pillow"]) == set(backends[1:])
+    assert all(v["mean_abs_diff"] <= 8 for v in result["eval_vs_pillow"].values())
+    assert result["decode_only_images_per_cpu_s"] > 0
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["nope"]])

@@ -18,9 +18,14 @@ from ..errors import DataError, TrainerError
 
 
 def load_batch(dataset, indices: Sequence[int], collate_fn) -> Any:
-    """``collate_fn([dataset[i] for i in indices])``; a failure is a DataError naming the sample and field."""
-    samples = []
-    for i in indices:
+    """``collate_fn([dataset[i] for i in indices])``; a failure is a DataError naming the sample and field.
+
+    A dataset with ``__getitems__(indices)`` (PyTorch's name) returns the batch's samples in one call:
+    a decoder that works a batch at a time (e.g. a DALI pipeline) gets the sampler's whole batch.
+    """
+    getitems = getattr(dataset, "__getitems__", None)
+    samples = [] if getitems is None else _getitems(getitems, indices)
+    for i in (indices if getitems is None else ()):
         try:
             samples.append(dataset[i])
         except TrainerError:
@@ -40,6 +45,20 @@ def load_batch(dataset, indices: Sequence[int], collate_fn) -> Any:
         raise DataError(f"the batch of samples {list(indices)[:16]} cannot be collated ({type(exc).__name__}: "
                         f"{exc}){': ' + where if where else ''}: give every sample of a field the same shape "
                         "or pass a collate_fn that pads") from exc
+
+
+def _getitems(getitems, indices: Sequence[int]) -> list:
+    try:
+        samples = list(getitems(list(indices)))
+    except TrainerError:
+        raise
+    except Exception as exc:
+        raise DataError(f"the batch of samples {list(indices)[:16]} cannot be loaded ({type(exc).__name__}: {exc}): "
+                        "fix or remove those samples") from exc
+    if len(samples) != len(indices):
+        raise DataError(f"__getitems__ returned {len(samples)} samples for the {len(indices)} indices "
+                        f"{list(indices)[:16]}: return one sample per index")
+    return samples
 
 
 def _len(dataset) -> str:

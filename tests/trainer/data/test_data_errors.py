@@ -37,3 +37,34 @@ def test_with_workers_it_is_a_data_error_that_says_where_to_look(tmp_path):
     with pytest.raises(DataError, match="a DataLoader worker raised while loading a batch"):
         fit(tmp_path, 2)
     gc.collect()  # paddle's failed iterator used to hang here, joining its workers forever
+
+
+class Batched(paddle.io.Dataset):
+    """Loads a batch at a time (``__getitems__``), as a DALI pipeline does; records what it was asked for."""
+
+    def __init__(self, short=False):
+        self.calls, self.short = [], short
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        raise AssertionError("the loader must ask for whole batches")
+
+    def __getitems__(self, indices):
+        self.calls.append(list(indices))
+        rows = [(np.full(8, i, "float32"), np.int64(i % 2)) for i in indices]
+        return rows[:-1] if self.short else rows
+
+
+@pytest.mark.timeout(60)
+def test_a_dataset_with_getitems_gets_each_batch_of_the_sampler_in_one_call(tmp_path):
+    dataset = Batched()
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, report_to=[],
+                             save_strategy="no", evaluation_strategy="no", data_seed=0)
+    trainer = Trainer(make_mlp(), args, train_dataset=dataset, loss_fn=paddle.nn.CrossEntropyLoss())
+    trainer.fit()
+    assert dataset.calls == [trainer._train_sampler.batch_indices(b) for b in range(4)]
+    with pytest.raises(DataError, match="returned 3 samples for the 4 indices"):
+        args.max_steps = 1
+        Trainer(make_mlp(), args, train_dataset=Batched(short=True), loss_fn=paddle.nn.CrossEntropyLoss()).fit()

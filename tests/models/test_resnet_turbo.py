@@ -1,0 +1,169 @@
+"""The default ImageFolder pipeline (``--data_backend turbo``) on real files made here:
+libjpeg-turbo at the DCT scale each crop box allows, Pillow for the rest, the same boxes
+as paddle.vision's transforms, the evaluation path within 8/255 of Pillow's."""
+
+import os
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import paddle
+import paddle.vision.transforms as T
+import pytest
+from PIL import Image
+
+from models.resnet import crops
+from models.resnet.data import imagefolder_data
+from models.resnet.imagefolder import BadImageError, ImageFolderDataset, read_rgb
+from models.resnet.task_callbacks import BadImages
+from models.resnet.transforms import eval_transform, imagefolder_train
+from models.resnet.turbo import TurboTransform, dct_scale, resize_antialiased
+
+
+def photo(h, w, seed=0):
+    """A smooth colour field with mild noise: compresses and resizes like a photograph."""
+    rng = np.random.RandomState(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype("float32")
+    base, slope = rng.uniform(30, 220, 3), rng.uniform(-0.3, 0.3, (3, 2))
+    img = np.stack([base[c] + slope[c, 0] * yy * 300 / h + slope[c, 1] * xx * 300 / w
+                    + 25 * np.sin(xx / (7 + 3 * c)) * np.cos(yy / 11) for c in range(3)], axis=2)
+    return np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype("uint8")
+
+
+def save(path, array, mode="RGB", **kw):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(array).convert(mode).save(path, **kw)
+    return str(path)
+
+
+def mad(a, b):
+    return float(np.abs(np.asarray(a, dtype="int16") - np.asarray(b, dtype="int16")).mean())
+
+
+# ---- the boxes -------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(375, 500), (500, 333), (64, 900), (900, 64), (30, 30)])
+def test_random_boxes_are_paddle_visions_own_for_the_same_seed(size):
+    height, width = size
+    image = Image.new("RGB", (width, height))
+    reference = T.RandomResizedCrop(224)
+    for seed in range(40):
+        random.seed(seed)
+        np.random.seed(seed)
+        expected = reference._dynamic_get_param(image)
+        random.seed(seed)
+        np.random.seed(seed)
+        assert crops.random_resized_crop_box(height, width) == expected
+
+
+def test_dct_scale_is_the_smallest_that_leaves_the_box_its_output_size():
+    rng = np.random.RandomState(0)
+    for _ in range(500):
+        h, w = rng.randint(50, 4000, size=2)
+        k = dct_scale(h, w, 224)
+        assert k in (1, 2, 4, 8)
+        assert k == 1 or (h / k >= 224 and w / k >= 224)       # still covers the output
+        assert k == 8 or h / (2 * k) < 224 or w / (2 * k) < 224  # the next scale would not
+
+
+def test_a_small_crop_of_a_large_jpeg_decodes_at_a_quarter_of_its_size(tmp_path):
+    path = save(tmp_path / "big.jpg", photo(1200, 1600), quality=90)
+    data = open(path, "rb").read()
+    t = TurboTransform.for_evaluation(224, 256)
+    image, box = t.decode_scaled(data, 1200, 1600, (0, 0, 1000, 1000))  # a 1000-px box: 1/4 leaves 250 >= 224
+    assert image.shape == (300, 400, 3)
+    assert box == (0.0, 0.0, 250.0, 250.0)
+    image, _ = t.decode_scaled(data, 1200, 1600, (0, 0, 400, 400))      # 1/2 would leave 200 < 224: full size
+    assert image.shape == (1200, 1600, 3)
+
+
+def test_the_resize_is_antialiased():
+    for n in (300, 403, 447):  # 1-pixel checkerboards shrunk by 1.3-2x: flat grey, not a pattern
+        checker = np.repeat((np.indices((n, n)).sum(0) % 2 * 255).astype("uint8")[..., None], 3, axis=2)
+        out = resize_antialiased(checker, 224)
+        assert out.shape == (224, 224, 3) and out.std() < 2.0 and abs(out.mean() - 127.5) < 2
+    big = resize_antialiased(np.zeros((1000, 700, 3), dtype="uint8"), 224)  # >= 2x: INTER_AREA
+    assert big.shape == (224, 224, 3)
+
+
+# ---- against Pillow + paddle.vision ------------------------------------------------------
+def test_evaluation_path_is_within_8_of_255_of_pillows_and_training_cuts_the_same_crops(tmp_path):
+    paths = [save(tmp_path / f"{i}.jpg", photo(300 + 37 * i, 420 + 23 * i, seed=i), quality=90) for i in range(8)]
+    paths.append(save(tmp_path / "big.jpg", photo(1100, 1500, seed=9), quality=90))  # decoded at 1/4
+    pillow_eval, ours_eval = eval_transform(224, 256), TurboTransform.for_evaluation(224, 256)
+    diffs = [mad(pillow_eval(read_rgb(p)), ours_eval.from_file(p)) for p in paths]
+    assert max(diffs) <= 8 and np.mean(diffs) <= 3, diffs
+    pillow_train, ours_train = imagefolder_train(224), TurboTransform.for_training(224)
+    for seed, p in enumerate(paths):
+        random.seed(seed)
+        np.random.seed(seed)
+        expected = pillow_train(read_rgb(p))
+        random.seed(seed)
+        np.random.seed(seed)
+        got = ours_train.from_file(p)
+        assert got.shape == (3, 224, 224) and got.dtype == np.uint8
+        assert mad(expected, got) <= 8, (p, mad(expected, got))  # same box, same flip
+
+
+@pytest.mark.parametrize("name, mode, kw", [("gray.jpg", "L", {}), ("cmyk.jpg", "CMYK", {}), ("rgba.png", "RGBA", {}),
+                                            ("p.png", "P", {}), ("a.bmp", "RGB", {})])
+def test_other_modes_and_formats_come_out_as_rgb_like_pillows(tmp_path, name, mode, kw):
+    path = save(tmp_path / name, photo(260, 300), mode, **kw)
+    out = TurboTransform.for_evaluation(224, 256).from_file(path)
+    assert out.shape == (3, 224, 224) and out.dtype == np.uint8
+    assert mad(out, eval_transform(224, 256)(read_rgb(path))) <= 8
+
+
+def test_truncated_missing_and_junk_files_raise_bad_image_error_naming_them(tmp_path):
+    good = save(tmp_path / "good.jpg", photo(300, 400), quality=90)
+    data = open(good, "rb").read()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    t = TurboTransform.for_training(224)
+    for name in ("cut.jpg", "junk.jpg", "missing.jpg"):
+        with pytest.raises(BadImageError) as info:
+            t.from_file(str(tmp_path / name))
+        assert str(tmp_path / name) in str(info.value) and "\n" not in str(info.value)
+
+
+# ---- through the dataset and the task's bundle ------------------------------------------------
+def _tree(root, corrupt=True):
+    for split in ("train", "val"):
+        for k, c in enumerate(("cat", "dog")):
+            for i in range(5):
+                save(os.path.join(root, split, c, f"{i}.jpg"), photo(120 + 9 * i, 150, seed=10 * k + i), quality=85)
+            save(os.path.join(root, split, c, "gray.jpg"), photo(90, 100), "L")
+            save(os.path.join(root, split, c, "cmyk.jpg"), photo(90, 100), "CMYK")
+            save(os.path.join(root, split, c, "x.png"), photo(80, 70))
+    if corrupt:
+        path = os.path.join(root, "train", "dog", "2.jpg")
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_corrupt_jpegs_are_skipped_and_counted_through_dataloader_workers(tmp_path, workers):
+    root = _tree(str(tmp_path / "data"))
+    ds = ImageFolderDataset(os.path.join(root, "train"), TurboTransform.for_training(32), bad_images="skip")
+    loader = paddle.io.DataLoader(ds, batch_size=4, shuffle=False, num_workers=workers)
+    shapes = [tuple(x.shape) for x, _ in loader]
+    assert shapes == [(4, 3, 32, 32)] * 4  # 16 files, the bad one replaced by the next
+    assert ds.bad_paths() == [os.path.join(root, "train", "dog", "2.jpg")]
+    BadImages([ds], "skip", info={})._check()
+    with pytest.raises(BadImageError, match="2.jpg"):
+        BadImages([ds], "fail", info={})._check()
+
+
+@pytest.mark.parametrize("backend", ["turbo", "pillow"])
+def test_imagefolder_data_returns_uint8_chw_samples_with_labels(tmp_path, backend):
+    root = _tree(str(tmp_path / "data"), corrupt=False)
+    options = SimpleNamespace(data_dir=root, image_size=48, resize_size=56, augment=True, bad_images="skip",
+                              data_backend=backend)
+    bundle = imagefolder_data(options)
+    assert bundle.class_names == ["cat", "dog"] and len(bundle.train) == 16 and bundle.test is bundle.val
+    for ds in (bundle.train, bundle.val):
+        x, y = ds[9]
+        assert x.shape == (3, 48, 48) and x.dtype == np.uint8 and int(y) == 1
+    if backend == "turbo":
+        assert isinstance(bundle.train.transform, TurboTransform) and bundle.train.transform.train
+        assert not bundle.val.transform.train
