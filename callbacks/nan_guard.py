@@ -4,22 +4,35 @@ Two actions:
 
 - ``action='stop'`` (the one in the default callback set): training stops with
   a :class:`trainer.errors.TrainingError` (exit code 5) at the first logging
-  step (or save) after a step whose gradients, or the parameters, hold nan or
-  inf, naming that step. Costs no host sync per step: each optimizer step folds
-  "are the gradients finite" into a device flag (paddle's fused
-  ``check_finite_and_unscale`` with scale 1, the gradients unchanged; skipped
-  when a loss scaler already skips non-finite updates), and the flag and a
-  finiteness check of the parameters are read in one small host read at the
-  logging step (and before a save, so nan weights are never saved as a
-  checkpoint). It catches what the logged loss hides: a nan input behind a
-  ReLU leaves the loss finite while the first layer's weights turn nan.
-  Order 95 (after LossSpikeRecovery's rollback, before the loggers). A rollback
-  or a resume (``on_load_end``) clears the flag. Cost: one pass over the
-  gradients per step (a few kernel launches, asynchronous on a GPU); on this
-  project's 2-core CPU test machine 0.6-2.4 ms per step for a 24-tensor MLP
-  whose step takes 20 ms. ``NaNGuard(action='stop', check_gradients=False)``
-  checks only the parameters, at logging steps (then the error names the
-  logging step, not the step that went wrong).
+  step (or save) after a step whose loss, gradients or parameters hold nan or
+  inf. Nothing is read on the host between logging steps, and between them the
+  guard adds no device work of its own: it rides on what the step computes
+  anyway. Each step it keeps a reference to the step's loss and, with clipping
+  (``max_grad_norm``), to the global gradient norm (finite iff every gradient
+  is); under a loss scaler (AMP float16, ``NaNGuard()``) non-finite updates are
+  skipped already and only the parameters are checked. At the logging step
+  (and before a save, so nan weights are never saved as a checkpoint) one small
+  host read looks at those kept values and at one finiteness check of the
+  parameters, and the error names the first bad step: "the gradients of step
+  N" (the clip norm), "the loss of step N" (one process), or, when only the
+  parameters show it, the window of steps since the last check ("the
+  parameters hold nan or inf at step 10, finite at step 5"). That last case is
+  what a nan input behind a ReLU gives without clipping: the loss stays finite
+  while the first layer's weights turn nan; the parameter check catches it
+  (every paddle optimizer turns a non-finite gradient into non-finite
+  weights). What the guard does not do: it does not stop the update of the bad
+  step or of the steps up to the check (they are applied; the weights of the
+  stopped run are not finite, the last saved checkpoint is). Order 95 (after
+  LossSpikeRecovery's rollback, before the loggers). A rollback or a resume
+  (``on_load_end``) clears what was kept.
+  ``NaNGuard(action='stop', check_gradients=True)`` (what ``NaNGuard(action='stop')``
+  means) adds its own pass over the gradients every step (paddle's fused
+  ``check_finite_and_unscale`` with scale 1, the gradients unchanged; a device
+  flag, no host sync) to name the exact step even without clipping; it costs
+  a few kernel launches per step (about 0.1 ms on this project's 2-core CPU,
+  10% of the tiny MLP's step in ``benchmarks/overhead``), which is why the
+  default set has ``check_gradients=False``. With either, the parameters are
+  checked at logging steps.
 - ``action='skip'`` (``NaNGuard()``): the rest of this page.
 
 A user's ``NaNGuard`` (any action) replaces the default one; the default one
@@ -103,6 +116,8 @@ class NaNGuard(Callback):
             self.order = 95
         self._params: list = []
         self._first_bad = None
+        self._kept: list = []       # action='stop': (step, loss, clip norm) of each step since the last check
+        self._checked_at = 0        # the step of the last check
         self.scaler: Optional[DynamicLossScaler] = None
         self._owns_scaler = False
         self._reset_counters()
@@ -118,6 +133,7 @@ class NaNGuard(Callback):
             self._params = [p for p in trainer.model.parameters() if not p.stop_gradient]
             self._first_bad = paddle.full([], -1, dtype="int64")
             self._one = paddle.ones([], dtype="float32")
+            self._kept, self._checked_at = [], trainer.state.global_step
             return
         current = trainer.grad_scaler
         if current is None:
@@ -148,6 +164,9 @@ class NaNGuard(Callback):
         self.scaler.skip_if(flag)
 
     def on_optimizer_step_end(self, trainer):
+        if self.action == "stop":
+            self._keep(trainer)
+            return
         if not self._guarding(trainer):
             return
         if self.scaler.stage != "ready":
@@ -191,6 +210,7 @@ class NaNGuard(Callback):
     def on_load_end(self, trainer):
         if self.action == "stop" and self._first_bad is not None:  # a rollback (LossSpikeRecovery) or a resume
             self._first_bad = paddle.full([], -1, dtype="int64")
+            self._kept, self._checked_at = [], trainer.state.global_step
 
     # ---- action='stop': a device flag per step, read where the host syncs anyway ------
     @paddle.no_grad()
@@ -204,20 +224,54 @@ class NaNGuard(Callback):
         step = paddle.full([], trainer.state.global_step + 1, dtype="int64")
         self._first_bad = paddle.where(paddle.logical_and(bad, self._first_bad < 0), step, self._first_bad)
 
+    def _keep(self, trainer) -> None:
+        """References to what the step computed anyway (no device op): its loss and, with clipping, the norm."""
+        if self._first_bad is None or trainer.grad_scaler is not None:
+            return  # a loss scaler skips non-finite updates (and overflow steps are normal under float16)
+        state = trainer.state
+        loss = state.step_loss if trainer.world_size == 1 else None  # ranks' losses differ; the norm and weights agree
+        norm = state.grad_norm if trainer.args.max_grad_norm is not None else None
+        if loss is not None or norm is not None:
+            self._kept.append((state.global_step, loss, norm))
+
     def _stop_if_not_finite(self, trainer, when: str) -> None:
         if self._first_bad is None:
             return
-        params_bad = nonfinite_flag(self._params).astype("int64")
-        first, params = (int(v) for v in paddle.stack([self._first_bad, params_bad]).numpy())
-        if first < 0 and not params:
+        kept, self._kept = self._kept, []
+        since, self._checked_at = self._checked_at, trainer.state.global_step
+        checks = [self._first_bad.astype("float32"), nonfinite_flag(self._params).astype("float32")]
+        tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
+                   for kind, t in (("loss", loss), ("gradients", norm)) if t is not None]
+        if tensors:  # one finiteness flag per kept value, in the same host read
+            checks.append(_nonfinite_each([t for _, _, t in tensors]))
+        flat = paddle.concat([c.reshape([-1]) for c in checks]).numpy()  # the one host read
+        first, params = int(flat[0]), bool(flat[1])
+        what = None
+        if first >= 0:
+            what = f"the gradients of step {first} hold nan or inf"
+        else:
+            bad = [tensors[j] for j, flag in enumerate(flat[2:]) if flag]
+            if bad:
+                gradients = [b for b in bad if b[1] == "gradients"]
+                i, kind, _ = (gradients or bad)[0]
+                first = kept[i][0]
+                what = (f"the gradients of step {first} hold nan or inf" if kind == "gradients" else
+                        f"the loss of step {first} is not finite")
+        if what is None and not params:
             return
         step = trainer.state.global_step
-        what = (f"the gradients of step {first} hold nan or inf" if first >= 0 else
-                f"the parameters hold nan or inf at step {step}")
-        if first >= 0 and params:
-            what += ", and the parameters are no longer finite"
+        if what is None:
+            what = f"the parameters hold nan or inf at step {step}"
+            where = (f"an update of steps {since + 1}-{step}" if step - since > 1 else f"the update of step {step}")
+            detail = (f" ({when} {step}; they were finite at step {since}: {where} made them so, NaNGuard(action='stop', "
+                      "check_gradients=True) or max_grad_norm would name the step)")
+        else:
+            what += ", and the parameters are no longer finite" if params else ""
+            detail = f" ({when} {step})"
+        data_steps = (f"step {first}" if first >= 0 else
+                      f"steps {since + 1}-{step}" if step - since > 1 else f"step {step}")
         raise TrainingError(
-            f"NaNGuard: {what} ({when} {step}); training stopped: check the data of step {first if first >= 0 else step} "
+            f"NaNGuard: {what}{detail}; training stopped: check the data of {data_steps} "
             "for nan/inf, lower learning_rate, clip with max_grad_norm, or add callbacks.NaNGuard() to skip such steps")
 
     def on_fit_end(self, trainer):
@@ -237,3 +291,13 @@ class NaNGuard(Callback):
     def __repr__(self) -> str:
         return (f"NaNGuard(max_consecutive={self.max_consecutive}, check_gradients={self.check_gradients}, "
                 f"action={self.action!r}, order={self.order})")
+
+
+def _nonfinite_each(tensors) -> paddle.Tensor:
+    """A float32 device vector: 1 where a tensor of ``tensors`` holds nan or inf (device ops, run at logging steps)."""
+    values = []
+    for t in tensors:
+        if t.size != 1:
+            t = paddle.where(paddle.isfinite(t).all(), paddle.zeros([], "float32"), paddle.full([], float("nan")))
+        values.append((t if t.dtype == paddle.float32 else t.astype("float32")).reshape([-1]))
+    return paddle.logical_not(paddle.isfinite(paddle.concat(values))).astype("float32")
