@@ -84,6 +84,7 @@ ranks (a device collective) so every rank skips the same steps.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import paddle
@@ -133,6 +134,7 @@ class NaNGuard(Callback):
             self._params = [p for p in trainer.model.parameters() if not p.stop_gradient]
             self._first_bad = paddle.full([], -1, dtype="int64")
             self._one = paddle.ones([], dtype="float32")
+            self._true = paddle.ones([1], dtype="bool")
             self._kept, self._checked_at = [], trainer.state.global_step
             return
         current = trainer.grad_scaler
@@ -151,7 +153,8 @@ class NaNGuard(Callback):
 
     def on_optimizer_step_begin(self, trainer):
         if self.action == "stop":
-            self._note_gradients(trainer)
+            if self.check_gradients:  # (paddle.no_grad() as a decorator costs ~50 us a call: not on every step)
+                self._note_gradients(trainer)
             return
         if not self._guarding(trainer):
             return
@@ -179,8 +182,11 @@ class NaNGuard(Callback):
 
     def on_log(self, trainer):
         if self.action == "stop":
-            if "loss" in trainer.state.logs:  # training records: the step's one host sync happens here anyway
-                self._stop_if_not_finite(trainer, "checked at logging step")
+            logs = trainer.state.logs
+            if "loss" in logs:  # training records: the step's one host sync happens here anyway
+                # the logged loss is the mean of the kept step losses: finite, so is each of them (no device op)
+                losses_finite = isinstance(logs["loss"], float) and math.isfinite(logs["loss"])
+                self._stop_if_not_finite(trainer, "checked at logging step", losses_finite)
             return
         if not self._guarding(trainer):
             return
@@ -234,26 +240,33 @@ class NaNGuard(Callback):
         if loss is not None or norm is not None:
             self._kept.append((state.global_step, loss, norm))
 
-    def _stop_if_not_finite(self, trainer, when: str) -> None:
+    def _stop_if_not_finite(self, trainer, when: str, losses_finite: bool = False) -> None:
         if self._first_bad is None:
             return
         kept, self._kept = self._kept, []
         since, self._checked_at = self._checked_at, trainer.state.global_step
-        checks = [self._first_bad.astype("float32"), nonfinite_flag(self._params).astype("float32")]
         tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
-                   for kind, t in (("loss", loss), ("gradients", norm)) if t is not None]
-        if tensors:  # one finiteness flag per kept value, in the same host read
-            checks.append(_nonfinite_each([t for _, _, t in tensors]))
-        flat = paddle.concat([c.reshape([-1]) for c in checks]).numpy()  # the one host read
-        first, params = int(flat[0]), bool(flat[1])
+                   for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
+        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients else self._true,
+              paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
+        order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
+        groups: dict = {}
+        for j, (_, _, t) in enumerate(tensors):
+            groups.setdefault((t.dtype, tuple(t.shape)), []).append(j)
+        for idx in groups.values():
+            group = [tensors[j][2] for j in idx]
+            ok.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
+            order.extend(idx)
+        flags = paddle.concat(ok).numpy()  # the one host read
+        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
+        bad_kept = sorted(order[k] for k, good in enumerate(flags[1 + max(1, len(self._params)):]) if not good)
         what = None
         if first >= 0:
             what = f"the gradients of step {first} hold nan or inf"
         else:
-            bad = [tensors[j] for j, flag in enumerate(flat[2:]) if flag]
+            bad = [tensors[j] for j in bad_kept]
             if bad:
-                gradients = [b for b in bad if b[1] == "gradients"]
-                i, kind, _ = (gradients or bad)[0]
+                i, kind, _ = min(bad, key=lambda b: (b[0], b[1] != "gradients"))  # the earliest; its gradients first
                 first = kept[i][0]
                 what = (f"the gradients of step {first} hold nan or inf" if kind == "gradients" else
                         f"the loss of step {first} is not finite")
@@ -292,12 +305,3 @@ class NaNGuard(Callback):
         return (f"NaNGuard(max_consecutive={self.max_consecutive}, check_gradients={self.check_gradients}, "
                 f"action={self.action!r}, order={self.order})")
 
-
-def _nonfinite_each(tensors) -> paddle.Tensor:
-    """A float32 device vector: 1 where a tensor of ``tensors`` holds nan or inf (device ops, run at logging steps)."""
-    values = []
-    for t in tensors:
-        if t.size != 1:
-            t = paddle.where(paddle.isfinite(t).all(), paddle.zeros([], "float32"), paddle.full([], float("nan")))
-        values.append((t if t.dtype == paddle.float32 else t.astype("float32")).reshape([-1]))
-    return paddle.logical_not(paddle.isfinite(paddle.concat(values))).astype("float32")
