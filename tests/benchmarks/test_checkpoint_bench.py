@@ -14,7 +14,7 @@ def test_checkpoint_benchmark_children_run_and_the_report_renders(tmp_path):
                "--params", "0.3", "--saves", "2", "--every", "3", "--batch", "4", "--out", str(tmp_path / mode)]
         res = common.run_child(cmd, timeout=240)
         assert res["saves"] == [3, 6] and len(res["intervals"]) == 8, res["saves"]
-        assert res["files"]["model.safetensors"] > 4 * 0.2e6 and res["load_s"] > 0
+        assert res["files"]["model.safetensors"] > 4 * 0.2e6 and res["load_s"] > 0 and res["bare_load_s"] > 0
         stall.append(json.loads(json.dumps(res)))
     cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "resume", "--positions", "10,500",
            "--epoch-samples", "64000", "--repeats", "1", "--replay-measure", "20", "--out", str(tmp_path / "r")]
@@ -25,3 +25,4 @@ def test_checkpoint_benchmark_children_run_and_the_report_renders(tmp_path):
     text = checkpoint.report(stall, resume, {"cores": 2, "paddle": "x"}, "load")
     assert "| save_async=false |" in text and "| save_async=true |" in text
     assert "| 500 |" in text and "model.safetensors" in text
+    assert "bare load of the same files" in text and "Load against the bare load, per interleaved pair" in text
