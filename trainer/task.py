@@ -9,6 +9,11 @@ so ``trainer`` never imports ``models`` (``trainer.cli.tasks`` finds them) and a
     ptrain.tasks =
         my_task = my_package.task:TASK
 
+``ptrain run NAME --dry_run`` prints the resolved arguments, the model's size and the callbacks
+without training. A task may give ``dry_build(options, args) -> TaskRun``: the model and ``info``
+without the datasets (no data loaded, no dataset library imported), which the dry run calls
+instead of ``build``; a task without it is built whole for a dry run.
+
 Recipes are YAML files in the task's ``recipes_dir``::
 
     description: one line
@@ -51,6 +56,9 @@ class Task:
     # predict(model_dir, inputs) -> one dict per input (e.g. {"input": ..., "label": ..., "score": ...});
     # ``ptrain predict TASK --model DIR INPUT...`` calls it on an exported inference model
     predict: Optional[Callable[[str, List[str]], List[dict]]] = None
+    # dry_build(options, args) -> TaskRun without datasets: what ``ptrain run NAME --dry_run`` builds
+    # (the model, info and callbacks; no data loaded). None: the dry run calls build()
+    dry_build: Optional[Callable[[Any, Any], TaskRun]] = None
 
     def recipes(self) -> List[str]:
         if not os.path.isdir(self.recipes_dir):
