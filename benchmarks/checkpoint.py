@@ -387,16 +387,24 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
     p.add_argument("--json", help="write the raw measurements to this file")
-    p.add_argument("--child", choices=("stall", "resume"), help=argparse.SUPPRESS)
-    p.add_argument("--save-async", type=int, default=0, help=argparse.SUPPRESS)
+    # --child stall | resume (one measurement per process), or a comma list with --save-async 0,1: several in
+    # one process (the smoke test: one paddle import instead of three), each in its own directory under --out
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--save-async", default="0", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     positions = [int(x) for x in common.split_list(a.positions)]
-    if a.child == "stall":
-        common.emit(child_stall(bool(a.save_async), a.params, a.saves, a.every, a.batch, a.out))
-        return 0
-    if a.child == "resume":
-        common.emit(child_resume(positions, a.epoch_samples, a.resume_batch, a.repeats, a.replay_measure, a.out))
+    if a.child:
+        jobs = [(kind, int(mode)) for kind in common.split_list(a.child)
+                for mode in (common.split_list(a.save_async) if kind == "stall" else [0])]
+        if any(kind not in ("stall", "resume") for kind, _ in jobs):
+            p.error(f"--child {a.child!r}: choose stall, resume or both")
+        for kind, mode in jobs:
+            out = a.out if len(jobs) == 1 else os.path.join(a.out, f"{kind}-{mode}")
+            if kind == "stall":
+                common.emit(child_stall(bool(mode), a.params, a.saves, a.every, a.batch, out))
+            else:
+                common.emit(child_resume(positions, a.epoch_samples, a.resume_batch, a.repeats, a.replay_measure, out))
         return 0
     if a.saves < 1 or a.every < 2:
         p.error("--saves must be >= 1 and --every >= 2")
