@@ -93,6 +93,10 @@ SYSTEM_PREFIXES = ("gpu", "cpu_", "rss_", "data_wait_")
 # kept here and handed over in one batch at most every VDL_BATCH_SECONDS (VisualDL itself writes
 # its file every flush_secs=10 s), and at the end of fit().
 VDL_BATCH_SECONDS = 5.0
+VDL_BATCH_MAX = 1000     # scalars: a longer batch is handed over at once
+# VisualDL's queue holds 10 records by default: a batch longer than that blocked the training thread
+# until the writer thread had written the rest, and a put that waits over 5 s drops the record
+VDL_QUEUE = 4 * VDL_BATCH_MAX
 _NOT_CURVES = ("step", "epoch")
 
 
@@ -204,13 +208,13 @@ class Rank0Logger(Callback):
         f.write(json.dumps(_strict(record), sort_keys=True) + "\n")
         f.flush()
 
-    def _write_scalars(self, record: dict, step: int) -> None:
+    def _write_scalars(self, record: dict, step: int, hand: bool = True) -> None:
         for key, value in record.items():
             if key in _NOT_CURVES or key.endswith("_samples") or not _is_number(value):
                 continue
             if math.isfinite(value):  # VisualDL would draw inf/nan as spikes to a fake value
                 self._vdl_pending.append((self.tag_for(key), float(value), step))
-        if time.monotonic() - self._vdl_handed >= VDL_BATCH_SECONDS:
+        if hand and (len(self._vdl_pending) >= VDL_BATCH_MAX or time.monotonic() - self._vdl_handed >= VDL_BATCH_SECONDS):
             self._hand_scalars(self._vdl)
 
     def _hand_scalars(self, vdl) -> None:
@@ -231,10 +235,13 @@ class Rank0Logger(Callback):
             m = re.match(r"vdlrecords\.(\d+)", os.path.basename(path))
             older[path] = int(m.group(1)) if m else 0
         stamp = max([int(time.time())] + [t + 1 for t in older.values()])
-        self._vdl = LogWriter(logdir=logdir, flush_secs=10, file_name=f"vdlrecords.{stamp:010d}.log")
+        self._vdl = LogWriter(logdir=logdir, flush_secs=10, max_queue=VDL_QUEUE, file_name=f"vdlrecords.{stamp:010d}.log")
         self._vdl_pending = []
         for record in history:
-            self._write_scalars(record, int(record.get("step") or 0))
+            self._write_scalars(record, int(record.get("step") or 0), hand=False)
+            if len(self._vdl_pending) >= VDL_BATCH_MAX:  # a long history: in batches the queue can hold
+                self._hand_scalars(self._vdl)
+                self._vdl.flush()
         self._hand_scalars(self._vdl)
         self._vdl.flush()
         for path in older:
