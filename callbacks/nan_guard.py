@@ -97,6 +97,7 @@ from .loss_scaler import DynamicLossScaler, nonfinite_flag, unscale_and_check
 
 
 ACTIONS = ("skip", "stop")
+KEEP_MAX = 512  # action='stop': steps kept for the next check; more (logging off) are folded on the device
 
 
 class NaNGuard(Callback):
@@ -118,6 +119,7 @@ class NaNGuard(Callback):
         self._params: list = []
         self._first_bad = None
         self._kept: list = []       # action='stop': (step, loss, clip norm) of each step since the last check
+        self._folded = False        # kept values were folded into _first_bad / _first_loss since the last check
         self._checked_at = 0        # the step of the last check
         self.scaler: Optional[DynamicLossScaler] = None
         self._owns_scaler = False
@@ -133,6 +135,8 @@ class NaNGuard(Callback):
         if self.action == "stop":
             self._params = [p for p in trainer.model.parameters() if not p.stop_gradient]
             self._first_bad = paddle.full([], -1, dtype="int64")
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            self._folded = False
             self._one = paddle.ones([], dtype="float32")
             self._true = paddle.ones([1], dtype="bool")
             self._kept, self._checked_at = [], trainer.state.global_step
@@ -216,7 +220,8 @@ class NaNGuard(Callback):
     def on_load_end(self, trainer):
         if self.action == "stop" and self._first_bad is not None:  # a rollback (LossSpikeRecovery) or a resume
             self._first_bad = paddle.full([], -1, dtype="int64")
-            self._kept, self._checked_at = [], trainer.state.global_step
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            self._kept, self._checked_at, self._folded = [], trainer.state.global_step, False
 
     # ---- action='stop': a device flag per step, read where the host syncs anyway ------
     @paddle.no_grad()
@@ -239,6 +244,24 @@ class NaNGuard(Callback):
         norm = state.grad_norm if trainer.args.max_grad_norm is not None else None
         if loss is not None or norm is not None:
             self._kept.append((state.global_step, loss, norm))
+            if len(self._kept) >= KEEP_MAX:  # no check for that long (logging off): fold on the device
+                self._fold_kept()
+
+    @paddle.no_grad()
+    def _fold_kept(self) -> None:
+        """The first non-finite kept loss and clip norm into two device scalars (device ops, no host read)."""
+        kept, self._kept = self._kept, []
+        for slot, at in (("_first_bad", 2), ("_first_loss", 1)):
+            items = [(k[0], k[at]) for k in kept if k[at] is not None]
+            if not items:
+                continue
+            values = paddle.stack([t.astype("float32").reshape([-1]).sum() for _, t in items])
+            bad = paddle.logical_not(paddle.isfinite(values))
+            steps = paddle.to_tensor([s for s, _ in items], dtype="int64")
+            first = paddle.where(bad.any(), steps[paddle.argmax(bad.astype("int32"))], paddle.full([], -1, "int64"))
+            current = getattr(self, slot)
+            setattr(self, slot, paddle.where(current >= 0, current, first))
+        self._folded = True
 
     def _stop_if_not_finite(self, trainer, when: str, losses_finite: bool = False) -> None:
         if self._first_bad is None:
@@ -247,8 +270,11 @@ class NaNGuard(Callback):
         since, self._checked_at = self._checked_at, trainer.state.global_step
         tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
                    for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
-        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients else self._true,
+        folded, self._folded = self._folded, False
+        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true,
               paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
+        if folded:
+            ok.append((self._first_loss < 0).reshape([1]))
         order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
         groups: dict = {}
         for j, (_, _, t) in enumerate(tensors):
@@ -259,10 +285,20 @@ class NaNGuard(Callback):
             order.extend(idx)
         flags = paddle.concat(ok).numpy()  # the one host read
         first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
-        bad_kept = sorted(order[k] for k, good in enumerate(flags[1 + max(1, len(self._params)):]) if not good)
+        rest = flags[1 + max(1, len(self._params)):]
+        folded_loss = int(self._first_loss.numpy()) if folded and not rest[0] else -1  # (a failing check only)
+        rest = rest[1:] if folded else rest
+        bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)
+        if folded:
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            if not self.check_gradients and first < 0:
+                self._first_bad = paddle.full([], -1, dtype="int64")
         what = None
-        if first >= 0:
+        if first >= 0 and not (0 <= folded_loss < first):
             what = f"the gradients of step {first} hold nan or inf"
+        elif folded_loss >= 0:
+            first = folded_loss
+            what = f"the loss of step {first} is not finite"
         else:
             bad = [tensors[j] for j in bad_kept]
             if bad:

@@ -170,3 +170,31 @@ def test_two_processes_stop_together_at_the_same_step(tmp_path):
     assert results[0] == results[1], results
     assert results[0]["step"] == 5
     assert results[0]["message"].startswith("NaNGuard: the gradients of step 4 hold nan or inf")
+
+
+def test_with_logging_off_the_kept_steps_are_folded_on_the_device_and_the_save_check_names_the_step(tmp_path):
+    from callbacks.nan_guard import KEEP_MAX
+
+    calls, sizes = [], []
+
+    def loss_fn(logits, labels):
+        calls.append(1)
+        loss = paddle.nn.functional.cross_entropy(logits, labels)
+        return loss * float("inf") if len(calls) == 100 else loss  # step 100: among the folded steps
+
+    class Kept(Callback):
+        order = 99  # after NaNGuard's on_optimizer_step_end
+
+        def on_optimizer_step_end(self, trainer):
+            sizes.append(len(next(cb for cb in trainer.callbacks if isinstance(cb, NaNGuard))._kept))
+
+    counter = CountSyncs()
+    t = make(tmp_path, callbacks=[Kept(), counter], max_steps=KEEP_MAX + 100, logging_strategy="no",
+             save_strategy="steps", save_steps=KEEP_MAX + 100, flush_at_end=False)
+    t.loss_fn = loss_fn
+    with counter.installed(), pytest.raises(TrainingError, match=rf"^NaNGuard: the loss of step 100 is not "
+                                                                 rf"finite.*\(checked before saving step {KEEP_MAX + 100}\)"):
+        t.fit()
+    assert max(sizes) == KEEP_MAX - 1 and sizes[KEEP_MAX - 1] == 0  # bounded: folded at KEEP_MAX
+    assert not os.path.isdir(tmp_path / "checkpoints" / f"step-{KEEP_MAX + 100}")
+    assert set(counter.per_step) == {0}, counter.sources  # the fold reads nothing on the host
