@@ -17,8 +17,12 @@ host memory at the step (that copy is its stall) and writes the files in a
 thread.
 
 Size and load: the bytes of each file of the last checkpoint; the median time
-of ``trainer.checkpoint.manifest.verify`` (sha256 of every file) and of a whole
-``Trainer.load_checkpoint`` into the same model (verify included).
+of ``trainer.checkpoint.manifest.verify`` (sha256 of every file), of a whole
+``Trainer.load_checkpoint`` into the same model (each file read once, hashed
+while it is read, verified before it is parsed) and of a bare load of the same
+files (safetensors read + ``set_state_dict``, no check: what a hand-written
+loop's ``paddle.load`` resume does), interleaved; the ratio of the last two is
+the cost of verification.
 
 Resume against position (one child process): a tiny MLP over a lazily
 generated dataset of ``--epoch-samples`` samples (default 1,280,000, the size
@@ -151,19 +155,44 @@ def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch
             del snap
     except (AttributeError, TypeError):  # the checkpoint API moved: leave these columns empty
         snapshot_times, write_times = [None], [None]
-    verify_times, load_times = [], []
-    for _ in range(3):
+    verify_times, load_times, bare_times, load_cpu, bare_cpu = [], [], [], [], []
+    for _ in range(5):  # interleaved: verify, our load, a bare load of the same files into the same objects
         t = time.perf_counter()
         verify(ckpt)
         verify_times.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         trainer.load_checkpoint(ckpt)
         load_times.append(time.perf_counter() - t)
+        load_cpu.append(time.process_time() - c)
+        t, c = time.perf_counter(), time.process_time()
+        bare_load(trainer, ckpt)
+        bare_times.append(time.perf_counter() - t)
+        bare_cpu.append(time.process_time() - c)
     return {"mode": "async" if save_async else "sync", "params": n_params, "hidden": hidden, "batch": batch,
             "every": every, "saves": in_loop, "intervals": intervals, "normal": normal, "after_save": after_save,
             "fit_seconds": fit_seconds, "files": files, "verify_s": statistics.median(verify_times),
-            "load_s": statistics.median(load_times), "snapshot_s": common.median(snapshot_times),
+            "load_s": statistics.median(load_times), "bare_load_s": statistics.median(bare_times),
+            "load_ratios": [a / b for a, b in zip(load_times, bare_times)],
+            "load_cpu_ratios": [a / b for a, b in zip(load_cpu, bare_cpu)], "snapshot_s": common.median(snapshot_times),
             "write_s": common.median(write_times), "peak_rss_mb": common.peak_rss_mb()}
+
+
+def bare_load(trainer, ckpt: str) -> None:
+    """What a hand-written resume does with the same files (the ``paddle.load`` + ``set_state_dict`` of a
+    bare loop, with safetensors): read the tensors and JSON, set model and optimizer; no check of any kind."""
+    from safetensors.numpy import load_file
+
+    import paddle
+    from trainer.checkpoint.snapshot import join_optimizer_state, param_name_map
+
+    model_state = load_file(os.path.join(ckpt, "model.safetensors"))
+    opt_tensors = load_file(os.path.join(ckpt, "optimizer.safetensors"))
+    with open(os.path.join(ckpt, "trainer.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    trainer.model.set_state_dict({k: paddle.to_tensor(v) for k, v in model_state.items()})
+    trainer.optimizer.set_state_dict(join_optimizer_state(opt_tensors, meta["optimizer_scalars"],
+                                                          param_name_map(trainer.model)))
+    trainer.state.load_state_dict(meta["state"])
 
 
 # ---- child: resume against position ---------------------------------------------------------
@@ -317,8 +346,17 @@ def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
         [["snapshot: copy the state to host memory (at the step)", _ms(sync["snapshot_s"]), rate(sync["snapshot_s"])],
          ["write: files, fsync, sha256, rename (background when async)", _ms(sync["write_s"]), rate(sync["write_s"])],
          ["manifest verify (sha256 of every file)", _ms(sync["verify_s"]), rate(sync["verify_s"])],
-         ["Trainer.load_checkpoint (verify + read + set)", _ms(sync["load_s"]), rate(sync["load_s"])]]))
+         ["Trainer.load_checkpoint (read once, hashing while reading, + set)", _ms(sync["load_s"]), rate(sync["load_s"])],
+         ["bare load of the same files (safetensors read + set_state_dict, no check)", _ms(sync.get("bare_load_s")),
+          rate(sync.get("bare_load_s"))]]))
     lines.append("")
+    if sync.get("load_ratios"):
+        ratios = sync["load_ratios"]
+        cpu = sync.get("load_cpu_ratios") or [float("nan")]
+        lines.append(f"Load against the bare load, per interleaved pair: median {common.median(ratios):.2f}x wall "
+                     f"(range {min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} pairs), {common.median(cpu):.2f}x "
+                     f"CPU time (range {min(cpu):.2f}-{max(cpu):.2f}x); target <= 1.2x.")
+        lines.append("")
     lines += [f"Resume against the position in a {resume['steps_per_epoch']:,}-step epoch "
               f"({resume['epoch_samples']:,} samples, batch {resume['batch']}), median of {resume['repeats']}:", ""]
     rrows = []
@@ -349,16 +387,24 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
     p.add_argument("--json", help="write the raw measurements to this file")
-    p.add_argument("--child", choices=("stall", "resume"), help=argparse.SUPPRESS)
-    p.add_argument("--save-async", type=int, default=0, help=argparse.SUPPRESS)
+    # --child stall | resume (one measurement per process), or a comma list with --save-async 0,1: several in
+    # one process (the smoke test: one paddle import instead of three), each in its own directory under --out
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--save-async", default="0", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     positions = [int(x) for x in common.split_list(a.positions)]
-    if a.child == "stall":
-        common.emit(child_stall(bool(a.save_async), a.params, a.saves, a.every, a.batch, a.out))
-        return 0
-    if a.child == "resume":
-        common.emit(child_resume(positions, a.epoch_samples, a.resume_batch, a.repeats, a.replay_measure, a.out))
+    if a.child:
+        jobs = [(kind, int(mode)) for kind in common.split_list(a.child)
+                for mode in (common.split_list(a.save_async) if kind == "stall" else [0])]
+        if any(kind not in ("stall", "resume") for kind, _ in jobs):
+            p.error(f"--child {a.child!r}: choose stall, resume or both")
+        for kind, mode in jobs:
+            out = a.out if len(jobs) == 1 else os.path.join(a.out, f"{kind}-{mode}")
+            if kind == "stall":
+                common.emit(child_stall(bool(mode), a.params, a.saves, a.every, a.batch, out))
+            else:
+                common.emit(child_resume(positions, a.epoch_samples, a.resume_batch, a.repeats, a.replay_measure, out))
         return 0
     if a.saves < 1 or a.every < 2:
         p.error("--saves must be >= 1 and --every >= 2")

@@ -142,6 +142,7 @@ def run_ours(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed, varia
     from trainer import Trainer
 
     base, *only = variant.split("+")  # "ours-quiet+NaNGuard": the quiet defaults plus one callback
+    base, _, without = base.partition("-without-")  # "ours-quiet-without-NaNGuard": the quiet defaults minus one
     overrides = {"report_to": []} if base == "ours-quiet" else {}
     args = _our_args(wl, clock, out_dir, seed, **overrides)
     extra = all_builtin_callbacks(args) if base == "ours-all" else []
@@ -156,6 +157,11 @@ def run_ours(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed, varia
         args = _our_args(wl, clock, out_dir, seed, save_strategy="steps", save_steps=10 ** 6, **overrides)
     trainer = Trainer(model, args, train_dataset=dataset, loss_fn=loss_fn, optimizer=optimizer,
                       callbacks=[_clock_callback(clock), *extra])
+    if without:  # what one default callback costs: the run without it
+        dropped = [cb for cb in trainer.callbacks if type(cb).__name__ == without]
+        if not dropped:
+            raise ValueError(f"variant {variant!r}: the default set has no {without}")
+        trainer.remove_callback(type(dropped[0]))
     state = trainer.fit()
     names = [type(cb).__name__ for cb in trainer.callbacks if type(cb).__name__ != "Clock"]
     per_step = {f"{name}.on_{event}": 1e3 * secs / clock.total for (name, event), secs in trainer.callbacks.timings.items()

@@ -23,7 +23,9 @@ hapi           ``paddle.Model.fit`` (``verbose=0``; it shuffles with
                ``DistributedBatchSampler`` already)
 =============  ===================================================================
 
-``--breakdown`` measures instead ``bare``, ``ours-quiet`` and, for each
+``--breakdown`` measures instead ``bare``, ``ours-quiet``, for each default
+callback ``ours-quiet-without-<Callback>`` (the quiet defaults without it:
+what that default costs per step is ``ours-quiet`` minus this), and, for each
 built-in callback that ``ours-all`` adds, ``ours-quiet+<Callback>``: the quiet
 defaults plus that one callback (what each callback costs per step).
 
@@ -74,12 +76,15 @@ TARGETS = {"ours": (0.93, 0.1), "ours-quiet": (0.93, 0.1), "ours-all": (None, 0.
 # =============================================================================
 # child: one measurement
 # =============================================================================
-def builtin_callback_names() -> List[str]:
-    """Names of the callbacks ``ours-all`` adds to the quiet defaults (imports paddle, in a child)."""
+def builtin_callback_names():
+    """(names of the callbacks ``ours-all`` adds to the quiet defaults, names of the quiet defaults);
+    imports paddle, in a child."""
     code = ("import json, tempfile; from trainer import TrainingArguments; "
             "from benchmarks.loops import all_builtin_callbacks; "
             "args = TrainingArguments(output_dir=tempfile.gettempdir(), report_to=[]); "
-            "print('NAMES ' + json.dumps([type(cb).__name__ for cb in all_builtin_callbacks(args)]))")
+            "from callbacks import default_callbacks; "
+            "print('NAMES ' + json.dumps([[type(cb).__name__ for cb in all_builtin_callbacks(args)], "
+            "[type(cb).__name__ for cb in default_callbacks(args)]]))")
     import json
     import subprocess
 
@@ -93,7 +98,7 @@ def builtin_callback_names() -> List[str]:
 
 def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str]) -> dict:
     """Measure one variant on one workload in this process."""
-    if variant not in VARIANTS and not variant.startswith("ours-quiet+"):
+    if variant not in VARIANTS and not variant.startswith(("ours-quiet+", "ours-quiet-without-")):
         raise ValueError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
     common.quiet_paddle_warnings()
     t0 = time.perf_counter()
@@ -327,9 +332,11 @@ def main(argv=None) -> int:
         if w not in DEFAULTS:
             p.error(f"unknown workload {w!r}: choose from {', '.join(DEFAULTS)}")
     if a.breakdown:
-        variants = ["bare", "ours-quiet"] + [f"ours-quiet+{name}" for name in builtin_callback_names()]
+        extra, defaults = builtin_callback_names()
+        variants = (["bare", "ours-quiet"] + [f"ours-quiet-without-{name}" for name in defaults]
+                    + [f"ours-quiet+{name}" for name in extra])
     for v in variants or []:
-        if v not in VARIANTS and not v.startswith("ours-quiet+"):
+        if v not in VARIANTS and not v.startswith(("ours-quiet+", "ours-quiet-without-")):
             p.error(f"unknown variant {v!r}: choose from {', '.join(VARIANTS)} or ours-quiet+<Callback>")
     if a.warmup is not None and a.warmup < 1:
         p.error("--warmup must be >= 1")

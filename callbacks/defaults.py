@@ -11,9 +11,10 @@ LRWarmup               ``warmup_steps``, ``warmup_ratio`` or               10
 FlowControl            always (intervals -> state flags)                  20
 StallWatchdog          more than one process (world size > 1)             85
 NaNGuard(action=stop)  always, unless a NaNGuard or LossSpikeRecovery     95
-                       is given (stops at the next logging step after
-                       non-finite gradients or parameters; no host sync
-                       per step)
+                       is given (``check_gradients=False``: stops at the
+                       next logging step after a non-finite loss, clip
+                       norm or parameters; no host sync and no device
+                       work of its own per step)
 GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
 Rank0Logger            ``report_to`` not empty                            100
 Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
@@ -62,7 +63,8 @@ def callback_set(args, user_callbacks: Iterable[Callback] = ()) -> List[Callback
 
 
 def default_callbacks(args) -> List[Callback]:
-    out: List[Callback] = [Preemption(), FlowControl(), Checkpoint(), NaNGuard(action="stop")]
+    # the guard rides on the loss, the clip norm and a parameter check at logging steps (callbacks.nan_guard)
+    out: List[Callback] = [Preemption(), FlowControl(), Checkpoint(), NaNGuard(action="stop", check_gradients=False)]
     if args.report_to:
         out.append(Rank0Logger())
         out.append(GPUUtilizationMonitor())  # background sampler; on_step_end adds two host floats

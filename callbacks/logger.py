@@ -21,7 +21,10 @@ Options:
   ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
   ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
   ``ptrain visualdl --logdir OUTPUT_DIR``, VisualDL's server that also answers
-  clients sending no Accept-Language, see ``trainer.cli.visualdl_serve``), ``png``
+  clients sending no Accept-Language, see ``trainer.cli.visualdl_serve``;
+  handed to VisualDL's writer thread in batches, at most every 5 s and at the
+  end of ``fit()``: each hand-off wakes that thread, which holds the GIL while
+  the training thread waits), ``png``
   (``output_dir/curves.png``: loss and
   evaluation metrics against the step, drawn at the end of ``fit()``).
   Default: ``args.report_to``; ``args.disable_tqdm`` drops the bar.
@@ -85,6 +88,15 @@ from typing import Iterable, List, Optional
 from .base import Callback
 
 SYSTEM_PREFIXES = ("gpu", "cpu_", "rss_", "data_wait_")
+# VisualDL's LogWriter hands every add_scalar to its writer thread through a queue; each hand-off
+# wakes that thread, which then holds the GIL while the training thread waits for it. Scalars are
+# kept here and handed over in one batch at most every VDL_BATCH_SECONDS (VisualDL itself writes
+# its file every flush_secs=10 s), and at the end of fit().
+VDL_BATCH_SECONDS = 5.0
+VDL_BATCH_MAX = 1000     # scalars: a longer batch is handed over at once
+# VisualDL's queue holds 10 records by default: a batch longer than that blocked the training thread
+# until the writer thread had written the rest, and a put that waits over 5 s drops the record
+VDL_QUEUE = 4 * VDL_BATCH_MAX
 _NOT_CURVES = ("step", "epoch")
 
 
@@ -96,6 +108,8 @@ class Rank0Logger(Callback):
         self.print_logs = print_logs
         self._bar = self._jsonl = self._vdl = None
         self._in_fit = False
+        self._vdl_pending: list = []   # (tag, value, step) not yet handed to VisualDL
+        self._vdl_handed = 0.0         # time.monotonic() of the last hand-over
 
     # ---- configuration ---------------------------------------------------
     def _outputs(self, trainer) -> List[str]:
@@ -179,6 +193,7 @@ class Rank0Logger(Callback):
         if jsonl is not None:
             jsonl.close()
         if vdl is not None:
+            self._hand_scalars(vdl)
             vdl.close()
         if "png" in self._outputs(trainer) and trainer.state.log_history:
             from .plots import plot_curves
@@ -193,12 +208,21 @@ class Rank0Logger(Callback):
         f.write(json.dumps(_strict(record), sort_keys=True) + "\n")
         f.flush()
 
-    def _write_scalars(self, record: dict, step: int) -> None:
+    def _write_scalars(self, record: dict, step: int, hand: bool = True) -> None:
         for key, value in record.items():
             if key in _NOT_CURVES or key.endswith("_samples") or not _is_number(value):
                 continue
             if math.isfinite(value):  # VisualDL would draw inf/nan as spikes to a fake value
-                self._vdl.add_scalar(tag=self.tag_for(key), value=float(value), step=step)
+                self._vdl_pending.append((self.tag_for(key), float(value), step))
+        if hand and (len(self._vdl_pending) >= VDL_BATCH_MAX or time.monotonic() - self._vdl_handed >= VDL_BATCH_SECONDS):
+            self._hand_scalars(self._vdl)
+
+    def _hand_scalars(self, vdl) -> None:
+        """Give the kept scalars to VisualDL's writer (one wake-up of its thread for the batch)."""
+        pending, self._vdl_pending = self._vdl_pending, []
+        self._vdl_handed = time.monotonic()
+        for tag, value, step in pending:
+            vdl.add_scalar(tag=tag, value=value, step=step)
 
     def _start_visualdl(self, logdir: str, history: List[dict]):
         """A new record file that sorts after the older ones, holding ``history``;
@@ -211,9 +235,14 @@ class Rank0Logger(Callback):
             m = re.match(r"vdlrecords\.(\d+)", os.path.basename(path))
             older[path] = int(m.group(1)) if m else 0
         stamp = max([int(time.time())] + [t + 1 for t in older.values()])
-        self._vdl = LogWriter(logdir=logdir, flush_secs=10, file_name=f"vdlrecords.{stamp:010d}.log")
+        self._vdl = LogWriter(logdir=logdir, flush_secs=10, max_queue=VDL_QUEUE, file_name=f"vdlrecords.{stamp:010d}.log")
+        self._vdl_pending = []
         for record in history:
-            self._write_scalars(record, int(record.get("step") or 0))
+            self._write_scalars(record, int(record.get("step") or 0), hand=False)
+            if len(self._vdl_pending) >= VDL_BATCH_MAX:  # a long history: in batches the queue can hold
+                self._hand_scalars(self._vdl)
+                self._vdl.flush()
+        self._hand_scalars(self._vdl)
         self._vdl.flush()
         for path in older:
             os.remove(path)

@@ -4,22 +4,35 @@ Two actions:
 
 - ``action='stop'`` (the one in the default callback set): training stops with
   a :class:`trainer.errors.TrainingError` (exit code 5) at the first logging
-  step (or save) after a step whose gradients, or the parameters, hold nan or
-  inf, naming that step. Costs no host sync per step: each optimizer step folds
-  "are the gradients finite" into a device flag (paddle's fused
-  ``check_finite_and_unscale`` with scale 1, the gradients unchanged; skipped
-  when a loss scaler already skips non-finite updates), and the flag and a
-  finiteness check of the parameters are read in one small host read at the
-  logging step (and before a save, so nan weights are never saved as a
-  checkpoint). It catches what the logged loss hides: a nan input behind a
-  ReLU leaves the loss finite while the first layer's weights turn nan.
-  Order 95 (after LossSpikeRecovery's rollback, before the loggers). A rollback
-  or a resume (``on_load_end``) clears the flag. Cost: one pass over the
-  gradients per step (a few kernel launches, asynchronous on a GPU); on this
-  project's 2-core CPU test machine 0.6-2.4 ms per step for a 24-tensor MLP
-  whose step takes 20 ms. ``NaNGuard(action='stop', check_gradients=False)``
-  checks only the parameters, at logging steps (then the error names the
-  logging step, not the step that went wrong).
+  step (or save) after a step whose loss, gradients or parameters hold nan or
+  inf. Nothing is read on the host between logging steps, and between them the
+  guard adds no device work of its own: it rides on what the step computes
+  anyway. Each step it keeps a reference to the step's loss and, with clipping
+  (``max_grad_norm``), to the global gradient norm (finite iff every gradient
+  is); under a loss scaler (AMP float16, ``NaNGuard()``) non-finite updates are
+  skipped already and only the parameters are checked. At the logging step
+  (and before a save, so nan weights are never saved as a checkpoint) one small
+  host read looks at those kept values and at one finiteness check of the
+  parameters, and the error names the first bad step: "the gradients of step
+  N" (the clip norm), "the loss of step N" (one process), or, when only the
+  parameters show it, the window of steps since the last check ("the
+  parameters hold nan or inf at step 10, finite at step 5"). That last case is
+  what a nan input behind a ReLU gives without clipping: the loss stays finite
+  while the first layer's weights turn nan; the parameter check catches it
+  (every paddle optimizer turns a non-finite gradient into non-finite
+  weights). What the guard does not do: it does not stop the update of the bad
+  step or of the steps up to the check (they are applied; the weights of the
+  stopped run are not finite, the last saved checkpoint is). Order 95 (after
+  LossSpikeRecovery's rollback, before the loggers). A rollback or a resume
+  (``on_load_end``) clears what was kept.
+  ``NaNGuard(action='stop', check_gradients=True)`` (what ``NaNGuard(action='stop')``
+  means) adds its own pass over the gradients every step (paddle's fused
+  ``check_finite_and_unscale`` with scale 1, the gradients unchanged; a device
+  flag, no host sync) to name the exact step even without clipping; it costs
+  a few kernel launches per step (about 0.1 ms on this project's 2-core CPU,
+  10% of the tiny MLP's step in ``benchmarks/overhead``), which is why the
+  default set has ``check_gradients=False``. With either, the parameters are
+  checked at logging steps.
 - ``action='skip'`` (``NaNGuard()``): the rest of this page.
 
 A user's ``NaNGuard`` (any action) replaces the default one; the default one
@@ -71,6 +84,7 @@ ranks (a device collective) so every rank skips the same steps.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import paddle
@@ -83,6 +97,7 @@ from .loss_scaler import DynamicLossScaler, nonfinite_flag, unscale_and_check
 
 
 ACTIONS = ("skip", "stop")
+KEEP_MAX = 512  # action='stop': steps kept for the next check; more (logging off) are folded on the device
 
 
 class NaNGuard(Callback):
@@ -103,6 +118,9 @@ class NaNGuard(Callback):
             self.order = 95
         self._params: list = []
         self._first_bad = None
+        self._kept: list = []       # action='stop': (step, loss, clip norm) of each step since the last check
+        self._folded = False        # kept values were folded into _first_bad / _first_loss since the last check
+        self._checked_at = 0        # the step of the last check
         self.scaler: Optional[DynamicLossScaler] = None
         self._owns_scaler = False
         self._reset_counters()
@@ -117,7 +135,11 @@ class NaNGuard(Callback):
         if self.action == "stop":
             self._params = [p for p in trainer.model.parameters() if not p.stop_gradient]
             self._first_bad = paddle.full([], -1, dtype="int64")
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            self._folded = False
             self._one = paddle.ones([], dtype="float32")
+            self._true = paddle.ones([1], dtype="bool")
+            self._kept, self._checked_at = [], trainer.state.global_step
             return
         current = trainer.grad_scaler
         if current is None:
@@ -135,7 +157,8 @@ class NaNGuard(Callback):
 
     def on_optimizer_step_begin(self, trainer):
         if self.action == "stop":
-            self._note_gradients(trainer)
+            if self.check_gradients:  # (paddle.no_grad() as a decorator costs ~50 us a call: not on every step)
+                self._note_gradients(trainer)
             return
         if not self._guarding(trainer):
             return
@@ -148,6 +171,9 @@ class NaNGuard(Callback):
         self.scaler.skip_if(flag)
 
     def on_optimizer_step_end(self, trainer):
+        if self.action == "stop":
+            self._keep(trainer)
+            return
         if not self._guarding(trainer):
             return
         if self.scaler.stage != "ready":
@@ -160,8 +186,11 @@ class NaNGuard(Callback):
 
     def on_log(self, trainer):
         if self.action == "stop":
-            if "loss" in trainer.state.logs:  # training records: the step's one host sync happens here anyway
-                self._stop_if_not_finite(trainer, "checked at logging step")
+            logs = trainer.state.logs
+            if "loss" in logs:  # training records: the step's one host sync happens here anyway
+                # the logged loss is the mean of the kept step losses: finite, so is each of them (no device op)
+                losses_finite = isinstance(logs["loss"], float) and math.isfinite(logs["loss"])
+                self._stop_if_not_finite(trainer, "checked at logging step", losses_finite)
             return
         if not self._guarding(trainer):
             return
@@ -191,6 +220,8 @@ class NaNGuard(Callback):
     def on_load_end(self, trainer):
         if self.action == "stop" and self._first_bad is not None:  # a rollback (LossSpikeRecovery) or a resume
             self._first_bad = paddle.full([], -1, dtype="int64")
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            self._kept, self._checked_at, self._folded = [], trainer.state.global_step, False
 
     # ---- action='stop': a device flag per step, read where the host syncs anyway ------
     @paddle.no_grad()
@@ -204,20 +235,92 @@ class NaNGuard(Callback):
         step = paddle.full([], trainer.state.global_step + 1, dtype="int64")
         self._first_bad = paddle.where(paddle.logical_and(bad, self._first_bad < 0), step, self._first_bad)
 
-    def _stop_if_not_finite(self, trainer, when: str) -> None:
+    def _keep(self, trainer) -> None:
+        """References to what the step computed anyway (no device op): its loss and, with clipping, the norm."""
+        if self._first_bad is None or trainer.grad_scaler is not None:
+            return  # a loss scaler skips non-finite updates (and overflow steps are normal under float16)
+        state = trainer.state
+        loss = state.step_loss if trainer.world_size == 1 else None  # ranks' losses differ; the norm and weights agree
+        norm = state.grad_norm if trainer.args.max_grad_norm is not None else None
+        if loss is not None or norm is not None:
+            self._kept.append((state.global_step, loss, norm))
+            if len(self._kept) >= KEEP_MAX:  # no check for that long (logging off): fold on the device
+                self._fold_kept()
+
+    @paddle.no_grad()
+    def _fold_kept(self) -> None:
+        """The first non-finite kept loss and clip norm into two device scalars (device ops, no host read)."""
+        kept, self._kept = self._kept, []
+        for slot, at in (("_first_bad", 2), ("_first_loss", 1)):
+            items = [(k[0], k[at]) for k in kept if k[at] is not None]
+            if not items:
+                continue
+            values = paddle.stack([t.astype("float32").reshape([-1]).sum() for _, t in items])
+            bad = paddle.logical_not(paddle.isfinite(values))
+            steps = paddle.to_tensor([s for s, _ in items], dtype="int64")
+            first = paddle.where(bad.any(), steps[paddle.argmax(bad.astype("int32"))], paddle.full([], -1, "int64"))
+            current = getattr(self, slot)
+            setattr(self, slot, paddle.where(current >= 0, current, first))
+        self._folded = True
+
+    def _stop_if_not_finite(self, trainer, when: str, losses_finite: bool = False) -> None:
         if self._first_bad is None:
             return
-        params_bad = nonfinite_flag(self._params).astype("int64")
-        first, params = (int(v) for v in paddle.stack([self._first_bad, params_bad]).numpy())
-        if first < 0 and not params:
+        kept, self._kept = self._kept, []
+        since, self._checked_at = self._checked_at, trainer.state.global_step
+        tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
+                   for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
+        folded, self._folded = self._folded, False
+        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true,
+              paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
+        if folded:
+            ok.append((self._first_loss < 0).reshape([1]))
+        order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
+        groups: dict = {}
+        for j, (_, _, t) in enumerate(tensors):
+            groups.setdefault((t.dtype, tuple(t.shape)), []).append(j)
+        for idx in groups.values():
+            group = [tensors[j][2] for j in idx]
+            ok.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
+            order.extend(idx)
+        flags = paddle.concat(ok).numpy()  # the one host read
+        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
+        rest = flags[1 + max(1, len(self._params)):]
+        folded_loss = int(self._first_loss.numpy()) if folded and not rest[0] else -1  # (a failing check only)
+        rest = rest[1:] if folded else rest
+        bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)
+        if folded:
+            self._first_loss = paddle.full([], -1, dtype="int64")
+            if not self.check_gradients and first < 0:
+                self._first_bad = paddle.full([], -1, dtype="int64")
+        what = None
+        if first >= 0 and not (0 <= folded_loss < first):
+            what = f"the gradients of step {first} hold nan or inf"
+        elif folded_loss >= 0:
+            first = folded_loss
+            what = f"the loss of step {first} is not finite"
+        else:
+            bad = [tensors[j] for j in bad_kept]
+            if bad:
+                i, kind, _ = min(bad, key=lambda b: (b[0], b[1] != "gradients"))  # the earliest; its gradients first
+                first = kept[i][0]
+                what = (f"the gradients of step {first} hold nan or inf" if kind == "gradients" else
+                        f"the loss of step {first} is not finite")
+        if what is None and not params:
             return
         step = trainer.state.global_step
-        what = (f"the gradients of step {first} hold nan or inf" if first >= 0 else
-                f"the parameters hold nan or inf at step {step}")
-        if first >= 0 and params:
-            what += ", and the parameters are no longer finite"
+        if what is None:
+            what = f"the parameters hold nan or inf at step {step}"
+            where = (f"an update of steps {since + 1}-{step}" if step - since > 1 else f"the update of step {step}")
+            detail = (f" ({when} {step}; they were finite at step {since}: {where} made them so, NaNGuard(action='stop', "
+                      "check_gradients=True) or max_grad_norm would name the step)")
+        else:
+            what += ", and the parameters are no longer finite" if params else ""
+            detail = f" ({when} {step})"
+        data_steps = (f"step {first}" if first >= 0 else
+                      f"steps {since + 1}-{step}" if step - since > 1 else f"step {step}")
         raise TrainingError(
-            f"NaNGuard: {what} ({when} {step}); training stopped: check the data of step {first if first >= 0 else step} "
+            f"NaNGuard: {what}{detail}; training stopped: check the data of {data_steps} "
             "for nan/inf, lower learning_rate, clip with max_grad_norm, or add callbacks.NaNGuard() to skip such steps")
 
     def on_fit_end(self, trainer):
@@ -237,3 +340,4 @@ class NaNGuard(Callback):
     def __repr__(self) -> str:
         return (f"NaNGuard(max_consecutive={self.max_consecutive}, check_gradients={self.check_gradients}, "
                 f"action={self.action!r}, order={self.order})")
+

@@ -9,6 +9,11 @@ so ``trainer`` never imports ``models`` (``trainer.cli.tasks`` finds them) and a
     ptrain.tasks =
         my_task = my_package.task:TASK
 
+``ptrain run NAME --dry_run`` prints the resolved arguments, the model's size and the callbacks
+without training. A task may give ``dry_build(options, args) -> TaskRun``: the model and ``info``
+without the datasets (no data loaded, no dataset library imported), which the dry run calls
+instead of ``build``; a task without it is built whole for a dry run.
+
 Recipes are YAML files in the task's ``recipes_dir``::
 
     description: one line
@@ -71,6 +76,9 @@ class Task:
     # preprocessing(model_dir) -> Preprocessing: what ``ptrain serve`` needs for the task's raw inputs; the
     # export directory names the task (``task.json`` / ``preprocess.json``: {"task": NAME})
     preprocessing: Optional[Callable[[str], Preprocessing]] = None
+    # dry_build(options, args) -> TaskRun without datasets: what ``ptrain run NAME --dry_run`` builds
+    # (the model, info and callbacks; no data loaded). None: the dry run calls build()
+    dry_build: Optional[Callable[[Any, Any], TaskRun]] = None
 
     def recipes(self) -> List[str]:
         if not os.path.isdir(self.recipes_dir):

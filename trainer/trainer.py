@@ -592,9 +592,10 @@ class Trainer(PaddleNLPAPI):
         """Block until the checkpoint being written is complete; raise its error if it failed."""
         self._writer.wait()
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path) -> None:
         """Restore model, optimizer, scheduler, state, callbacks and RNG from ``path``
-        (a checkpoint directory, or ``auto`` for the latest in ``output_dir``)."""
+        (a checkpoint directory, or ``auto`` for the latest in ``output_dir``; fit() hands on
+        the checkpoint its resume check has already read and verified)."""
         self.fire(Event.LOAD_BEGIN)
         load_checkpoint(self, path)
         self.fire(Event.LOAD_END)

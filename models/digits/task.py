@@ -49,14 +49,20 @@ def accuracy(pred) -> dict:
 
 
 def build(options: DigitsOptions, args) -> TaskRun:
+    run = dry_build(options, args)
+    train, val, test = load_splits(seed=options.split_seed)  # scikit-learn loads here, not for a dry run
+    run.train_dataset, run.eval_dataset, run.test_dataset = train, val, test
+    run.info = {"train_samples": len(train), "eval_samples": len(val), "test_samples": len(test), **run.info}
+    return run
+
+
+def dry_build(options: DigitsOptions, args) -> TaskRun:
+    """The run without its data (``ptrain run digits --dry_run``): model, loss, metrics, info."""
     paddle.seed(args.seed)  # the model's initial weights follow the run's seed
-    train, val, test = load_splits(seed=options.split_seed)
     model = build_mlp(64, 10, options.hidden_size, options.num_layers, options.dropout)
-    return TaskRun(model=model, train_dataset=train, eval_dataset=val, test_dataset=test,
-                   loss_fn=paddle.nn.CrossEntropyLoss(), compute_metrics=accuracy,
+    return TaskRun(model=model, loss_fn=paddle.nn.CrossEntropyLoss(), compute_metrics=accuracy,
                    callbacks=[Export()],  # output_dir/inference: what ptrain serve serves
-                   info={"train_samples": len(train), "eval_samples": len(val), "test_samples": len(test),
-                         "parameters": int(sum(int(np.prod(p.shape)) for p in model.parameters()))})
+                   info={"parameters": int(sum(int(np.prod(p.shape)) for p in model.parameters()))})
 
 
 TASK = Task(
@@ -65,4 +71,5 @@ TASK = Task(
     options_class=DigitsOptions,
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
+    dry_build=dry_build,
 )

@@ -40,8 +40,7 @@ def make(tmp_path, bad_step=None, callbacks=(), **overrides):
                    callbacks=list(callbacks))
 
 
-def test_nan_feature_behind_relu_stops_at_the_next_logging_step_naming_the_step(tmp_path):
-    t = make(tmp_path, bad_step=4)
+def fit_and_fail(t, loss_hides_it=True):
     losses = []
 
     class Losses(Callback):
@@ -52,15 +51,49 @@ def test_nan_feature_behind_relu_stops_at_the_next_logging_step_naming_the_step(
     with pytest.raises(TrainingError) as err:
         t.fit()
     message = str(err.value)
-    assert message.startswith("NaNGuard: the gradients of step 4 hold nan or inf, and the parameters are no longer "
-                              "finite (checked at logging step 5); training stopped: check the data of step 4"), message
     assert err.value.exit_code == 5 and "\n" not in message
     assert t.state.status == "failed" and t.state.global_step == 5
-    assert np.isfinite(losses).all()  # the logged loss alone would never have shown it
+    if loss_hides_it:  # without clipping the logged loss alone would never have shown it
+        assert np.isfinite(losses).all()
+    return message
+
+
+@pytest.mark.parametrize("how", ["clip norm", "own pass"])
+def test_nan_feature_behind_relu_stops_at_the_next_logging_step_naming_the_step(tmp_path, how):
+    # the default guard rides on the clip norm; NaNGuard(action='stop') runs its own pass over the gradients
+    if how == "clip norm":
+        t = make(tmp_path, bad_step=4, max_grad_norm=1.0)
+        assert not any(isinstance(cb, NaNGuard) and cb.check_gradients for cb in t.callbacks)
+    else:
+        t = make(tmp_path, bad_step=4, callbacks=[NaNGuard(action="stop")])
+    message = fit_and_fail(t, loss_hides_it=how == "own pass")  # a nan norm scales every gradient to nan
+    assert message.startswith("NaNGuard: the gradients of step 4 hold nan or inf, and the parameters are no longer "
+                              "finite (checked at logging step 5); training stopped: check the data of step 4"), message
+
+
+def test_without_clipping_the_default_names_the_steps_since_the_last_check(tmp_path):
+    message = fit_and_fail(make(tmp_path, bad_step=4))
+    assert message.startswith("NaNGuard: the parameters hold nan or inf at step 5 (checked at logging step 5; they "
+                              "were finite at step 0: an update of steps 1-5 made them so"), message
+
+
+def test_a_non_finite_loss_is_named_by_its_step(tmp_path):
+    calls = []
+
+    def loss_fn(logits, labels):
+        calls.append(1)
+        loss = paddle.nn.functional.cross_entropy(logits, labels)
+        return loss * float("nan") if len(calls) == 7 else loss  # the loss of step 7
+
+    t = make(tmp_path)
+    t.loss_fn = loss_fn
+    with pytest.raises(TrainingError, match=r"^NaNGuard: the loss of step 7 is not finite, and the parameters are no "
+                                            r"longer finite \(checked at logging step 10\)"):
+        t.fit()
 
 
 def test_nan_weights_are_never_saved(tmp_path):
-    t = make(tmp_path, bad_step=2, save_strategy="steps", save_steps=3)
+    t = make(tmp_path, bad_step=2, save_strategy="steps", save_steps=3, max_grad_norm=1.0)
     with pytest.raises(TrainingError, match=r"the gradients of step 2 .*checked before saving step 3"):
         t.fit()
     assert not os.path.isdir(tmp_path / "checkpoints" / "step-3")
@@ -75,13 +108,15 @@ def test_non_finite_parameters_with_finite_gradients_are_caught(tmp_path):
                     paddle.assign(paddle.full_like(w, float("inf")), output=w)
 
     t = make(tmp_path, callbacks=[Corrupt()], max_steps=12)
-    with pytest.raises(TrainingError, match=r"the parameters hold nan or inf at step 10 \(checked at logging step 10\)"):
+    with pytest.raises(TrainingError, match=r"the parameters hold nan or inf at step 10 \(checked at logging step 10; "
+                                                  r"they were finite at step 5: .*check the data of steps 6-10 "):
         t.fit()
 
 
-def test_a_clean_run_completes_and_costs_no_host_sync_per_step(tmp_path):
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_a_clean_run_completes_and_costs_no_host_sync_per_step(tmp_path, clip):
     counter = CountSyncs()
-    t = make(tmp_path, callbacks=[counter])
+    t = make(tmp_path, callbacks=[counter], max_grad_norm=clip)
     assert any(isinstance(cb, NaNGuard) and cb.action == "stop" for cb in t.callbacks)
     with counter.installed():
         state = t.fit()
@@ -115,7 +150,8 @@ def test_ptrain_exits_5_naming_the_step(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 5, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ptrain: error: NaNGuard: the gradients of step ") and "(checked at logging step 10)" in last
+    assert last.startswith(("ptrain: error: NaNGuard: the gradients of step ", "ptrain: error: NaNGuard: the loss of step "))
+    assert "(checked at logging step 10)" in last, last
     assert not os.path.isdir(tmp_path / "checkpoints")
 
 
@@ -134,3 +170,31 @@ def test_two_processes_stop_together_at_the_same_step(tmp_path):
     assert results[0] == results[1], results
     assert results[0]["step"] == 5
     assert results[0]["message"].startswith("NaNGuard: the gradients of step 4 hold nan or inf")
+
+
+def test_with_logging_off_the_kept_steps_are_folded_on_the_device_and_the_save_check_names_the_step(tmp_path):
+    from callbacks.nan_guard import KEEP_MAX
+
+    calls, sizes = [], []
+
+    def loss_fn(logits, labels):
+        calls.append(1)
+        loss = paddle.nn.functional.cross_entropy(logits, labels)
+        return loss * float("inf") if len(calls) == 100 else loss  # step 100: among the folded steps
+
+    class Kept(Callback):
+        order = 99  # after NaNGuard's on_optimizer_step_end
+
+        def on_optimizer_step_end(self, trainer):
+            sizes.append(len(next(cb for cb in trainer.callbacks if isinstance(cb, NaNGuard))._kept))
+
+    counter = CountSyncs()
+    t = make(tmp_path, callbacks=[Kept(), counter], max_steps=KEEP_MAX + 100, logging_strategy="no",
+             save_strategy="steps", save_steps=KEEP_MAX + 100, flush_at_end=False)
+    t.loss_fn = loss_fn
+    with counter.installed(), pytest.raises(TrainingError, match=rf"^NaNGuard: the loss of step 100 is not "
+                                                                 rf"finite.*\(checked before saving step {KEEP_MAX + 100}\)"):
+        t.fit()
+    assert max(sizes) == KEEP_MAX - 1 and sizes[KEEP_MAX - 1] == 0  # bounded: folded at KEEP_MAX
+    assert not os.path.isdir(tmp_path / "checkpoints" / f"step-{KEEP_MAX + 100}")
+    assert set(counter.per_step) == {0}, counter.sources  # the fold reads nothing on the host

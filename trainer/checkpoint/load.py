@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Optional, Union
 
 import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
-from .manifest import read_checkpoint
+from .manifest import VerifiedCheckpoint
 from .resume import plan_world_size
 from .rng import set_rng_state
 from .snapshot import join_optimizer_state, param_name_map
-from .store import resolve
+from .store import resolve_read
 
 logger = logging.getLogger("trainer.checkpoint")
 
 
-def load_checkpoint(trainer, path: str) -> Optional[str]:
+def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[str]:
     """Restore everything :func:`snapshot` took. ``auto`` with no checkpoint is a no-op (returns None).
 
-    Every file is read and checked before anything is changed; state that
-    still cannot be applied raises DataError, so no run trains on a
+    ``path``: a checkpoint directory, ``auto``, or the :class:`VerifiedCheckpoint` resume has
+    already read and verified (not read again). Every file is read and checked before anything
+    is changed; state that still cannot be applied raises DataError, so no run trains on a
     half-restored state.
     """
-    resolved = resolve(path, trainer.args.output_dir)
-    if resolved is None:
+    ckpt = path if isinstance(path, VerifiedCheckpoint) else resolve_read(path, trainer.args.output_dir)
+    if ckpt is None:
         return None
-    meta, model_state, opt_tensors = read_checkpoint(resolved)
+    resolved, meta, model_state, opt_tensors = ckpt.path, ckpt.meta, ckpt.model_state, ckpt.opt_tensors
     own = trainer.model.state_dict()
     missing = sorted(set(own) - set(model_state))
     unexpected = sorted(set(model_state) - set(own))
@@ -40,7 +41,7 @@ def load_checkpoint(trainer, path: str) -> Optional[str]:
         raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
     try:
         adapt_to_world_size(trainer, meta)
-        trainer.model.set_state_dict({k: paddle.to_tensor(v).astype(own[k].dtype) for k, v in model_state.items()})
+        trainer.model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in model_state.items()})
         names = param_name_map(trainer.model)
         trainer.optimizer.set_state_dict(join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
         if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
@@ -71,3 +72,9 @@ def adapt_to_world_size(trainer, meta: dict) -> None:
     """Resuming on another number of processes keeps the global batch through accumulation
     (``trainer.checkpoint.resume.plan_world_size``; fit() has applied it before planning the schedule)."""
     plan_world_size(trainer.args, meta, trainer.world_size)
+
+
+def _as_tensor(array, dtype) -> paddle.Tensor:
+    """One copy into a tensor; a cast only when the model keeps another dtype (bfloat16 is saved as float32)."""
+    t = paddle.to_tensor(array)
+    return t if t.dtype == dtype else t.astype(dtype)

@@ -15,16 +15,23 @@ Layout of ``output_dir/checkpoints/step-<N>/``::
 
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
 checkpoint cannot run code. :func:`verify` checks every file against the
-manifest; :func:`read_checkpoint` reads a verified one.
+manifest; :func:`read_verified` reads each file once, hashing it while it is
+read (the bytes are checked against the manifest before they are parsed), and
+returns a :class:`VerifiedCheckpoint` that resume hands on to the load, so the
+chosen checkpoint is read and verified once; :func:`read_checkpoint` is the
+same read as a tuple.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
-from typing import Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
+import numpy as np
+from safetensors.numpy import load as np_load_bytes
 from safetensors.numpy import load_file as np_load_file
 
 from ..errors import DataError
@@ -39,13 +46,38 @@ def checkpoints_dir(output_dir: str) -> str:
     return os.path.join(output_dir, "checkpoints")
 
 
+CHUNK = 8 << 20  # bytes hashed at a time
+
+
 def sha256_file(path: str) -> str:
+    return read_hashed(path, keep=False)[1]
+
+
+def read_hashed(path: str, keep: bool = True) -> Tuple[Optional[memoryview], str]:
+    """(the file's bytes, their sha256) in one pass over the file.
+
+    The file is mapped (``mmap``) and hashed through the mapping: hashing is what reads it from
+    the disk or the page cache, and the bytes returned are the same pages, so parsing them reads
+    nothing again and copies nothing (a tensor built from them is the one copy). ``keep=False``:
+    hash only (bytes None). Checkpoint files are written whole and renamed into place, never
+    changed in place, so what was hashed is what is parsed.
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return (memoryview(b"") if keep else None), h.hexdigest()
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mapped)
+    if hasattr(mapped, "madvise"):
+        mapped.madvise(mmap.MADV_SEQUENTIAL)  # read ahead while hashing
+    for start in range(0, size, CHUNK):
+        h.update(view[start:start + CHUNK])  # releases the GIL
+    if keep:
+        return view, h.hexdigest()
+    view.release()
+    mapped.close()
+    return None, h.hexdigest()
 
 
 def checkpoint_run_id(path: str) -> Optional[str]:
@@ -61,8 +93,8 @@ def checkpoint_run_id(path: str) -> Optional[str]:
 
 
 
-def verify(path: str) -> dict:
-    """Check every file against the manifest; return the manifest."""
+def read_manifest(path: str) -> dict:
+    """The checked manifest of the checkpoint at ``path`` (files, sizes, sha256 and format version), or DataError."""
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
         raise DataError(f"{path} has no {MANIFEST}: it is not a complete checkpoint")
@@ -84,19 +116,51 @@ def verify(path: str) -> dict:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
         if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
             raise DataError(f"{manifest_path} has a malformed entry for {name!r}: the checkpoint is damaged")
-        full = os.path.join(path, name)
-        if not os.path.isfile(full) or os.path.getsize(full) != meta["bytes"] or sha256_file(full) != meta["sha256"]:
-            raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
     return manifest
 
 
-def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
-    """(meta, model tensors, optimizer tensors) of a verified checkpoint, or DataError."""
+def _checked_bytes(path: str, name: str, meta: dict, keep: bool) -> Optional[bytearray]:
+    full = os.path.join(path, name)
+    if not os.path.isfile(full) or os.path.getsize(full) != meta["bytes"]:
+        raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
+    data, digest = read_hashed(full, keep)
+    if digest != meta["sha256"] or (keep and len(data) != meta["bytes"]):
+        raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
+    return data
+
+
+def verify(path: str) -> dict:
+    """Check every file against the manifest (one hashing pass each); return the manifest."""
+    manifest = read_manifest(path)
+    for name, meta in manifest["files"].items():
+        _checked_bytes(path, name, meta, keep=False)
+    return manifest
+
+
+class VerifiedCheckpoint(NamedTuple):
+    """A checkpoint read once and checked against its manifest: what resume reads and load applies."""
+    path: str
+    manifest: dict
+    meta: dict                       # trainer.json, its fields checked (check_meta)
+    model_state: Dict[str, object]   # numpy arrays
+    opt_tensors: Dict[str, object]   # numpy arrays
+
+    def __fspath__(self) -> str:  # usable where a checkpoint path is expected (os.path.basename, open)
+        return self.path
+
+
+def read_verified(path: str) -> VerifiedCheckpoint:
+    """Read every file of the checkpoint once, hashing while reading; verified before anything is parsed.
+
+    DataError for a missing, damaged or unreadable checkpoint (the same errors as :func:`verify`).
+    """
+    manifest = read_manifest(path)
+    data = {name: _checked_bytes(path, name, meta, keep=True) for name, meta in manifest["files"].items()}
     try:
-        with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
-            meta = json.load(f)
-        model_state = np_load_file(os.path.join(path, "model.safetensors"))
-        opt_tensors = np_load_file(os.path.join(path, "optimizer.safetensors"))
+        meta = json.loads(bytes(data["trainer.json"]).decode("utf-8"))
+        model_state = tensors_from_buffer(data.pop("model.safetensors"))
+        opt = data.pop("optimizer.safetensors", None)
+        opt_tensors = tensors_from_buffer(opt) if opt is not None else np_load_file(os.path.join(path, "optimizer.safetensors"))
         for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
             meta[key]  # noqa: B018 - presence check
         if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):
@@ -105,7 +169,42 @@ def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
     except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
                         "from an incompatible version") from None
-    return meta, model_state, opt_tensors
+    return VerifiedCheckpoint(path, manifest, meta, model_state, opt_tensors)
+
+
+_NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                 "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def tensors_from_buffer(buf) -> Dict[str, np.ndarray]:
+    """The tensors of a safetensors file held in ``buf``, as numpy arrays viewing ``buf`` (no copy).
+
+    The format is an 8-byte little-endian header length, a JSON header (name -> dtype, shape,
+    data_offsets) and the data. A dtype numpy lacks (bfloat16) goes through the safetensors library.
+    """
+    n = int.from_bytes(buf[:8], "little")
+    header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
+    base, out = 8 + n, {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _NUMPY_DTYPES.get(info["dtype"])
+        if dtype is None:
+            return np_load_bytes(bytes(buf))
+        begin, end = (int(v) for v in info["data_offsets"])
+        shape = [int(d) for d in info["shape"]]
+        count = int(np.prod(shape)) if shape else 1
+        if not (0 <= begin <= end <= len(buf) - base) or end - begin != count * np.dtype(dtype).itemsize:
+            raise ValueError(f"tensor {name!r}: data_offsets {info['data_offsets']} do not fit its shape or the file")
+        out[name] = np.frombuffer(buf, dtype=np.dtype(dtype).newbyteorder("<"), count=count,
+                                  offset=base + begin).reshape(shape)
+    return out
+
+
+def read_checkpoint(path: str) -> Tuple[dict, dict, dict]:
+    """(meta, model tensors, optimizer tensors) of the checkpoint at ``path``, verified (:func:`read_verified`)."""
+    ckpt = read_verified(path)
+    return ckpt.meta, ckpt.model_state, ckpt.opt_tensors
 
 
 def _count(value, minimum: int) -> bool:

@@ -40,8 +40,8 @@ from typing import Optional
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
 from . import RESUME_ENV
-from .manifest import check_meta
-from .store import list_checkpoints, resolve
+from .manifest import VerifiedCheckpoint, check_meta
+from .store import list_checkpoints, resolve_read
 
 logger = logging.getLogger("trainer.resume")
 
@@ -64,17 +64,18 @@ BATCH_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps")
 _FRESH = "or start a fresh run in another output_dir"
 
 
-def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
+def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoint]:
     """Resolve ``resume`` (a path or ``auto``), check this run against the checkpoint and set the
-    accumulation a new world size needs. Returns the checkpoint to load, or None (fresh start)."""
+    accumulation a new world size needs. Returns the checkpoint to load, already read and verified
+    (the load applies it without reading it again), or None (fresh start)."""
     if not resume:
         return None
-    path = resolve(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
-    if path is None:
+    ckpt = resolve_read(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
+    if ckpt is None:
         return None
+    path, meta = ckpt.path, ckpt.meta
     if resume != "auto" and dist.is_main_process():
         logger.info("resuming from %s (given explicitly; its files verify)", path)
-    meta = read_meta(path)
     n = _dataset_len(trainer)
     plan_world_size(trainer.args, meta, trainer.world_size)
     keep_adapted_accumulation(trainer.args, meta, trainer.world_size)
@@ -82,7 +83,7 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[str]:
     trainer.accumulation_adapted = int(meta["world_size"]) != trainer.world_size or bool(meta.get("accumulation_adapted"))
     check_resume(trainer.args, meta, n, trainer.world_size, path)
     _warn_uneven_epoch(meta, n, trainer.world_size)
-    return path
+    return ckpt
 
 
 def _warn_uneven_epoch(meta: dict, n: Optional[int], world_size: int) -> None:

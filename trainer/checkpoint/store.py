@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
-from .manifest import LATEST, checkpoint_run_id, checkpoints_dir, verify
+from .manifest import LATEST, VerifiedCheckpoint, checkpoint_run_id, checkpoints_dir, read_verified, verify
 
 logger = logging.getLogger("trainer.checkpoint")
 
@@ -34,7 +34,20 @@ def list_checkpoints(output_dir: str, run_id: Optional[str] = None) -> list:
 
 
 def resolve(path: str, output_dir: str) -> Optional[str]:
-    """The checkpoint to resume from.
+    """The path of the checkpoint to resume from (:func:`resolve_read` without keeping what was read)."""
+    found = _resolve(path, output_dir, verify)
+    return found if found is None else found[0]
+
+
+def resolve_read(path: str, output_dir: str) -> Optional[VerifiedCheckpoint]:
+    """The checkpoint to resume from, read and verified once (the candidate's files are read while they
+    are hashed), or None; what resume checks and load applies without reading it again."""
+    found = _resolve(path, output_dir, read_verified)
+    return found if found is None else found[1]
+
+
+def _resolve(path: str, output_dir: str, check: Callable[[str], object]):
+    """The checkpoint to resume from, as (path, what ``check`` returned for it).
 
     ``auto``: the newest checkpoint in output_dir whose manifest verifies (the
     one ``latest`` names first); partial or corrupt ones are skipped with a
@@ -46,8 +59,7 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
     if path != "auto":
         if not os.path.isdir(path):
             raise ConfigError(f"resume_from_checkpoint={path!r} does not exist: give a checkpoint directory or 'auto'")
-        verify(path)
-        return path
+        return path, check(path)
     candidates = list_checkpoints(output_dir)
     pointer = os.path.join(checkpoints_dir(output_dir), LATEST)
     named_ok = None
@@ -67,7 +79,7 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
     skipped = []
     for candidate in candidates:
         try:
-            verify(candidate)
+            checked = check(candidate)
         except DataError as exc:
             skipped.append(f"{os.path.basename(candidate)} ({exc})")
             continue
@@ -78,7 +90,7 @@ def resolve(path: str, output_dir: str) -> Optional[str]:
                                len(skipped), "; ".join(skipped))
             else:
                 logger.info("resume auto: resuming from %s (%s)", candidate, why)
-        return candidate
+        return candidate, checked
     if dist.is_main_process() and skipped:
         logger.warning("resume auto: no checkpoint verifies, starting fresh; skipped: %s", "; ".join(skipped))
     return None

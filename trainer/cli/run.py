@@ -66,13 +66,15 @@ def run_here(task, options, args, dry_run: bool) -> int:
     from ..trainer import Trainer
 
     dist.select_device(args.device)  # the launcher's card, before the task makes any tensor
-    run = task.build(options, args)
+    # a dry run builds no data when the task can leave it out (trainer.task: Task.dry_build)
+    run = (task.dry_build if dry_run and task.dry_build is not None else task.build)(options, args)
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
                       callbacks=run.callbacks)
     if dry_run:
         print(f"task: {task.name}  options: {options}")
-        print("info: " + json.dumps(run.info, sort_keys=True))
+        print("info: " + json.dumps(run.info, sort_keys=True)
+              + ("  (data not loaded for a dry run)" if task.dry_build is not None else ""))
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
         return 0

@@ -50,6 +50,8 @@ class ColumnFilter:
         return sample
 
     def __call__(self, samples):
+        if samples and not isinstance(samples[0], Mapping):  # tuples pass through: no per-sample check
+            return self.collate_fn(samples)
         return self.collate_fn([self.strip(s) for s in samples])
 
 

@@ -1,5 +1,5 @@
 """Worker: one nan feature in one sample of rank 1's data; the default NaNGuard must stop both ranks at the
-same logging step (no hang). usage: nan_toy.py OUT_DIR"""
+same logging step naming the same step (no hang). usage: nan_toy.py OUT_DIR"""
 
 import json
 import os
@@ -24,7 +24,8 @@ def main(out_dir):
     sampler.set_epoch(0)
     data.x[list(iter(sampler))[3][0], 3] = np.nan  # rank 1's batch of step 4
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=8, max_steps=10, logging_steps=5,
-                             learning_rate=0.01, report_to=[], save_strategy="no", evaluation_strategy="no")
+                             learning_rate=0.01, report_to=[], save_strategy="no", evaluation_strategy="no",
+                             max_grad_norm=1.0)  # the default guard names the step through the (all-reduced) clip norm
     trainer = Trainer(make_mlp(), args, train_dataset=data, loss_fn=paddle.nn.CrossEntropyLoss())
     try:
         trainer.fit()

@@ -62,3 +62,46 @@ def test_damaged_checkpoint_is_refused(tmp_path):
         f.write(b"\x00\x01\x02\x03")
     with pytest.raises(DataError, match="does not match its manifest"):
         run(tmp_path, 7, resume=str(ckpt))
+
+
+@pytest.mark.parametrize("how", ["path", "auto"])
+def test_resume_reads_and_hashes_each_file_of_the_checkpoint_once(tmp_path, monkeypatch, how):
+    import os
+
+    from trainer.checkpoint import manifest
+
+    import shutil
+
+    full = run(tmp_path / "full", 12)
+    run(tmp_path / "part", 12)
+    shutil.rmtree(tmp_path / "part" / "checkpoints" / "step-12")  # auto: step-10 is now the newest
+    reads = []
+    real = manifest.read_hashed
+
+    def counted(path, keep=True):
+        reads.append((os.path.basename(os.path.dirname(path)), os.path.basename(path), keep))
+        return real(path, keep)
+
+    monkeypatch.setattr(manifest, "read_hashed", counted)
+    resume = str(tmp_path / "part" / "checkpoints" / "step-10") if how == "path" else "auto"
+    resumed = run(tmp_path / "part", 12, resume=resume)
+    chosen = [r for r in reads if r[0] == "step-10"]
+    assert sorted(chosen) == sorted(("step-10", name, True) for name in
+                                    ("model.safetensors", "optimizer.safetensors", "trainer.json")), reads
+    for k, v in params_of(full.model).items():  # what was read once is what was applied
+        np.testing.assert_array_equal(params_of(resumed.model)[k], v, err_msg=k)
+
+
+def test_a_file_read_while_hashed_equals_the_file(tmp_path):
+    import hashlib
+
+    from trainer.checkpoint import manifest
+
+    data = np.random.RandomState(0).bytes(3 * manifest.CHUNK + 12345)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    for size in (0, 1, manifest.CHUNK, manifest.CHUNK + 1, len(data)):
+        path.write_bytes(data[:size])
+        buf, digest = manifest.read_hashed(str(path))
+        assert bytes(buf) == data[:size] and digest == hashlib.sha256(data[:size]).hexdigest()
+        assert manifest.sha256_file(str(path)) == digest

@@ -48,6 +48,22 @@ def test_dry_run_prints_arguments_and_callbacks_without_training(tmp_path):
     assert not (tmp_path / "dry" / "checkpoints").exists()
 
 
+def test_dry_run_loads_no_data_and_imports_no_dataset_library(tmp_path):
+    # the command as ptrain runs it, in this process of a subprocess: what it imported is in sys.modules
+    code = ("import sys; from trainer.cli.commands import main; "
+            "code = main(['run', 'digits', '--dry_run', '--output_dir', 'dry']); "
+            "print('IMPORTED ' + ' '.join(sorted(m for m in ('sklearn', 'scipy', 'paddlenlp', 'models.digits.data') "
+            "if m in sys.modules))); sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=240,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = next(line for line in out.stdout.splitlines() if line.startswith("IMPORTED"))
+    # the data module is imported by the task module (it defines the dataset class); scikit-learn is not
+    assert imported.split()[1:] in (["models.digits.data"], []), imported
+    info = next(line for line in out.stdout.splitlines() if line.startswith("info: "))
+    assert '"parameters": ' in info and "train_samples" not in info and "data not loaded for a dry run" in info
+
+
 @pytest.mark.parametrize("args,code,message", [
     (["run", "digitz"], 2, "ptrain: error: unknown task 'digitz' (did you mean 'digits'?): known tasks are digits"),
     (["run", "digits", "--recipe", "nope"], 2, "ptrain: error: unknown recipe 'nope' for task digits: known recipes are demo"),
