@@ -35,6 +35,10 @@ LATEST = "latest"
 MANIFEST = "manifest.json"
 
 
+class UnsupportedFormat(DataError):
+    """A manifest whose ``format_version`` this version does not read: not damaged, so never set aside."""
+
+
 def checkpoints_dir(output_dir: str) -> str:
     return os.path.join(output_dir, "checkpoints")
 
@@ -76,7 +80,7 @@ def verify(path: str) -> dict:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
     version = manifest.get("format_version")
     if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
-        raise DataError(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
+        raise UnsupportedFormat(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
                         f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): resume with the paddle-trainer "
                         "version that wrote it, or start a fresh run")
     for name, meta in files.items():
