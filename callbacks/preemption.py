@@ -92,6 +92,7 @@ class Preemption(Callback):
         self.signum = None          # the signal received on this rank
         self.agreed_signum = None   # the signal all ranks agreed to act on
         self._previous = {}
+        self._startup_was = None    # the start-up exit's setting before on_fit_begin (None: fit never began)
         self._reset()
 
     def _reset(self):
@@ -176,7 +177,9 @@ class Preemption(Callback):
             signal.signal(sig, handler)
             signal.siginterrupt(sig, False)
         self._previous.clear()
-        process.startup_handlers_active(self._startup_was)
+        if self._startup_was is not None:  # on_fit_end runs even when fit() failed before on_fit_begin
+            process.startup_handlers_active(self._startup_was)
+            self._startup_was = None
 
     # ---- progress marks (the stall clock) ------------------------------------------
     def on_step_end(self, trainer):

@@ -117,6 +117,10 @@ class Trainer(PaddleNLPAPI):
         self._seeded_train: Optional[SeededDataset] = None
         self._writer = ckpt_writer.CheckpointWriter()
         self._pending_resume: Optional[str] = None
+        # what defines the run besides TrainingArguments (a task's options; trainer.checkpoint.resume): saved in
+        # every checkpoint, compared on resume. {"source": str, "fields": {name: value}, "may_change": {name: why},
+        # "split": [names of fields that choose the split, never allowed to change]}
+        self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
         self._compat_init_end(door.paddlenlp_args)
 

@@ -314,4 +314,6 @@ TASK = Task(
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
+    resume_may_change={"cache_dir": "where the token-id cache lives: its files are keyed by the texts, the "
+                                    "vocabulary and max_seq_len, so the ids are the same wherever they are cached"},
 )

@@ -113,4 +113,5 @@ TASK = Task(
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
+    resume_may_change={"pretrained": "the initial weights only: a resume replaces them with the checkpoint's"},
 )

@@ -70,6 +70,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
                       callbacks=run.callbacks)
+    trainer.run_identity = task.run_identity(options)  # the task's options: compared on resume like the args
     if dry_run:
         print(f"task: {task.name}  options: {options}")
         print("info: " + json.dumps(run.info, sort_keys=True))
