@@ -54,7 +54,7 @@ MAY_CHANGE = frozenset({
     "output_dir", "resume_from_checkpoint",
     "logging_steps", "report_to", "disable_tqdm",
     "evaluation_strategy", "eval_steps", "per_device_eval_batch_size",
-    "save_strategy", "save_steps", "save_total_limit", "save_async",
+    "save_strategy", "save_steps", "save_total_limit", "save_async", "save_on_preemption",
     "metric_for_best_model", "greater_is_better",
     "dataloader_num_workers", "device", "find_unused_parameters",
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
