@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import threading
-from typing import Optional
+from typing import Optional, Tuple
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
@@ -265,3 +265,16 @@ def resolve(path: str, output_dir: str, set_aside_damaged: bool = True) -> Optio
         logger.warning("resume auto: no checkpoint of this run verifies, starting fresh; skipped: %s",
                        "; ".join(skipped + [f + ": another run" for f in foreign]))
     return None
+
+
+def on_disk(output_dir: str, step: int) -> Tuple[bool, str]:
+    """After a stop at ``step``: (whether a resume has a checkpoint, what a person reads about it)."""
+    root = checkpoints_dir(output_dir)
+    final = os.path.join(root, f"step-{step}")
+    if os.path.isdir(final) and verifies(final):
+        return True, f"checkpoint {final} of step {step} is saved and verifies"
+    run = current_run(output_dir)
+    for path in newest_saved_first(list_checkpoints(output_dir)):
+        if (run is None or checkpoint_run_id(path) == run) and verifies(path):
+            return True, f"no checkpoint of step {step} was saved; the newest that verifies is {path}"
+    return False, f"no checkpoint of step {step} was saved and none is on disk in {root}"

@@ -27,13 +27,15 @@ from typing import List, Optional
 
 from ..checkpoint import RESUME_ENV
 from ..errors import ConfigError
+from ..process import REQUEUE_EXIT
 from .flags import ETCD, is_etcd
 from .supervise import run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM). Everything else (1 other error, 4 a callback
+# loss-spike retries exhausted), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
+# restart inside the allocation that is about to end would be killed with it). Everything else (1 other error, 4 a callback
 # failed, 124 stall watchdog, a worker killed by a signal, GAVE_UP) is restarted while restarts are left.
-NO_RESTART = (0, 2, 3, 5, 130, 143)
+NO_RESTART = (0, 2, 3, 5, 130, REQUEUE_EXIT, 143)
 GAVE_UP = 75  # trainer.launch.elastic: paddle's launcher stopped before the job completed (e.g. "peer not ready")
 
 
@@ -86,7 +88,7 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
         if code in NO_RESTART or code < 0 or used >= ns.max_restarts:
             why = ("no restart can fix it" if code in NO_RESTART or code < 0 else
                    f"all {ns.max_restarts} restarts are used" if ns.max_restarts else "restarts are off (--max_restarts)")
-            if code not in (130, 143):
+            if code not in (130, REQUEUE_EXIT, 143):
                 print(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
                       f"{log_dir}", file=sys.stderr, flush=True)
             return code
