@@ -207,3 +207,47 @@ def startup_handlers_active(active: bool) -> bool:
     """Switch the start-up exit off (``fit()`` owns the signals) or back on; returns the previous setting."""
     previous, _STARTUP.active = _STARTUP.active, active
     return previous
+
+
+# ---- failures a rank records for ptrain ---------------------------------------------------------------
+#: set by ptrain's launcher for every worker: a folder where a rank whose fit() failed writes what happened,
+#: so ptrain names the failure (any rank's, not only the one the launcher's exit code comes from) and does not
+#: restart one that a restart cannot fix
+FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
+
+
+def record_failure(rank: int, error: BaseException) -> None:
+    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises)."""
+    folder = os.environ.get(FAILURE_DIR_ENV)
+    if not folder:
+        return
+    import json
+
+    code = getattr(error, "exit_code", None)
+    record = {"rank": rank, "code": code if isinstance(code, int) else 1,
+              "error": f"{type(error).__name__}: {error}"[:2000]}
+    try:
+        tmp = os.path.join(folder, f".rank-{rank}.json.tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(tmp, os.path.join(folder, f"rank-{rank}.json"))
+    except OSError:
+        pass
+
+
+def read_failures(folder: str) -> list:
+    """The records of :func:`record_failure` in ``folder``, by rank."""
+    import json
+
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("rank-") and n.endswith(".json"))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found.append(json.load(f))
+        except (OSError, ValueError):
+            pass
+    return sorted(found, key=lambda r: r.get("rank", 0))

@@ -10,7 +10,7 @@ from typing import List, Optional
 from ..errors import ConfigError, DataError, TrainerError
 from ..launch.flags import check_launch_flags, wants_launch
 from ..launch.restarts import launch_with_restarts
-from ..process import install_startup_handlers
+from ..process import install_startup_handlers, record_failure
 from .parser import build_parser
 from .run import resolve_run, run_here, run_target
 from .tasks import available_tasks, get_task
@@ -53,6 +53,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         print(f"ptrain: error: {exc}", file=sys.stderr)
+        if "PADDLE_TRAINER_ID" in os.environ:  # a rank of ptrain's launcher: ptrain names it on its console
+            record_failure(int(os.environ.get("PADDLE_TRAINER_ID") or 0), exc)
         return exc.exit_code
     except KeyboardInterrupt:
         print("ptrain: interrupted", file=sys.stderr)
