@@ -259,15 +259,27 @@ class Preemption(Callback):
 
     def _wait_for_all_ranks(self, trainer) -> None:
         """Store barrier: every rank has finished the agreed step and rank 0 has written the
-        checkpoint (fit() waits for the writer before on_fit_end)."""
+        checkpoint (fit() waits for the writer before on_fit_end).
+
+        Rank 0 hosts the TCPStore, so it leaves last: every other rank's final store call is its
+        ``left`` mark, and rank 0 waits for all of them before it returns (and exits, closing the
+        store). Otherwise a rank still polling when rank 0's process ends would block in the store
+        client's reconnect loop until the launcher kills it (seen: a rank killed before it could
+        report its exit)."""
         if trainer.world_size == 1 or self._get_store() is None:
             return
-        key = self._prefix + "done"
+        done, left = self._prefix + "done", self._prefix + "left"
         deadline = time.monotonic() + self.save_seconds
         try:
-            self._store.add(key, 1)
-            while self._store.add(key, 0) < trainer.world_size and time.monotonic() < deadline:
+            count = self._store.add(done, 1)
+            while count < trainer.world_size and time.monotonic() < deadline:
                 time.sleep(0.05)
+                count = self._store.add(done, 0)
+            if trainer.rank != 0:
+                self._store.add(left, 1)  # this rank's last store call
+                return
+            while self._store.add(left, 0) < trainer.world_size - 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
         except Exception as exc:  # noqa: BLE001 - a peer that already left closes the store
             logger.info("preemption barrier ended early: %s", exc)
 
