@@ -127,5 +127,11 @@ def check_meta(meta: dict) -> None:
                                     and isinstance(window.get("sum"), (int, float))
                                     and not isinstance(window.get("sum"), bool)))):
         raise ValueError("trainer.json has fields of the wrong type")
+    identity = meta.get("identity")
+    if identity is not None and not (isinstance(identity, dict)
+                                     and isinstance(identity.get("fields", {}), dict)
+                                     and isinstance(identity.get("may_change", {}), dict)
+                                     and isinstance(identity.get("split", []), list)):
+        raise ValueError("trainer.json has an identity of the wrong type")
 
 

@@ -333,6 +333,9 @@ def describe_run(output_dir: str) -> str:
         lines.append(f"  best: {best}")
     if stray:
         lines.append(f"  leftovers of interrupted saves or deletions (removed at the next save): {', '.join(stray)}")
+    damaged = sorted(n for n in os.listdir(root) if n.startswith("step-") and ".damaged" in n)
+    if damaged:
+        lines.append(f"  set aside as damaged by a resume (kept, never resumed or counted): {', '.join(damaged)}")
     return "\n".join(lines)
 
 
