@@ -72,3 +72,27 @@ def test_the_advice_after_etcd_is_lost_is_a_command_that_works(tmp_path):
                            cwd=tmp_path)
     assert again.returncode == 2 and "holds checkpoints" not in again.stderr and "unreachable" in again.stderr, \
         again.stderr
+
+
+def test_kill_9_of_rank_0_during_saves_is_reported_as_137(tmp_path):
+    """paddle's launcher passes a rank's death by SIGKILL on as 247 (256 - 9): ptrain reports 137, documented."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(PTRAIN + ["run", "digits", "--nproc", "2", "--master", f"127.0.0.1:{free_port()}",
+                                      "--output_dir", str(out), "--max_steps", "100000", "--save_steps", "1",
+                                      "--save_total_limit", "2", "--logging_steps", "5", "--report_to", "jsonl",
+                                      "--evaluation_strategy", "no", "--disable_tqdm", "true"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 180
+        while not (out / "checkpoints" / "latest").exists():
+            assert proc.poll() is None and time.time() < deadline, "no checkpoint was saved"
+            time.sleep(0.05)
+        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                 if "worker_entry" in " ".join(p.cmdline()) and p.environ().get("PADDLE_TRAINER_ID") == "0"]
+        ranks[0].send_signal(signal.SIGKILL)
+        text, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 137, text[-3000:]
+    assert "exit code 137" in text and "247" not in text.split("exit code", 1)[1][:10]
