@@ -14,11 +14,17 @@ or the metric's name decides the direction), ``on_save_end`` (record ``state.bes
 ``trainer.args``. State saved: the best evaluations (step and value).
 
 Rotation counts and deletes only the current run's checkpoints
-(``state.run_id``, recorded in each manifest); it keeps the newest ``save_total_limit`` complete checkpoints plus the
-best ``best_k``. It runs only once the newest checkpoint is complete and
-published (before the next save starts, and at the end of fit(), after waiting
-for a background write), and never deletes the newest complete checkpoint, so
-a failed save can never cost a good one.
+(``state.run_id``, recorded in each manifest) whose files verify, in the order they
+were saved (not by step number: after a resume from an earlier step, the new step-15
+is newer than the abandoned step-20); it keeps the newest ``save_total_limit`` of them
+plus the best ``best_k``. A damaged checkpoint is neither counted nor deleted. The
+checkpoint this fit() resumed from is kept until one saved by this fit() verifies, and
+``latest`` is moved to the newest kept one whenever it names a checkpoint that is gone
+or damaged. Rotation runs only once the newest checkpoint is complete and published
+(before the next save starts, and at the end of fit(), after waiting for a background
+write), and never deletes the newest verified checkpoint, so a failed save can never
+cost a good one. Each checkpoint is verified once per process (the writer's own hashes
+count for the ones it wrote).
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ import os
 import shutil
 from typing import Optional
 
-from trainer.checkpoint.manifest import MANIFEST, checkpoints_dir
-from trainer.checkpoint.store import list_checkpoints
+from trainer.checkpoint.manifest import checkpoints_dir
+from trainer.checkpoint.store import list_checkpoints, newest_saved_first, point_latest, read_latest, verifies
 from trainer.errors import TrainingError
 from trainer.metric_keys import metric_key
 
@@ -44,6 +50,13 @@ class Checkpoint(Callback):
     def __init__(self, best_k: int = 1):
         self.best_k = best_k
         self.best = []  # [(value, step)], best first
+        self._resumed = None  # the checkpoint this fit() resumed from (kept until a newer one verifies)
+        self._saved = []      # the checkpoints this fit() saved
+
+    def on_fit_begin(self, trainer):
+        step = trainer.state.global_step
+        self._resumed = f"step-{step}" if step > 0 else None
+        self._saved = []
 
     def on_eval_end(self, trainer):
         name, metrics = trainer.args.metric_for_best_model, trainer.state.metrics
@@ -60,6 +73,8 @@ class Checkpoint(Callback):
 
     def on_save_end(self, trainer):
         state = trainer.state
+        if state.last_checkpoint:
+            self._saved.append(os.path.basename(state.last_checkpoint))
         if self.best and self.best[0][1] == state.global_step and state.last_checkpoint:
             state.best_checkpoint = state.last_checkpoint
 
@@ -75,19 +90,25 @@ class Checkpoint(Callback):
             return
         trainer.wait_for_checkpoint()  # the newest must be complete before anything older goes
         keep = [f"step-{step}" for _, step in self.best]
-        self.rotate(trainer.args.output_dir, trainer.args.save_total_limit, keep, run_id=trainer.state.run_id)
+        self.rotate(trainer.args.output_dir, trainer.args.save_total_limit, keep, run_id=trainer.state.run_id,
+                    resumed=self._resumed, saved=self._saved)
 
     @staticmethod
-    def rotate(output_dir: str, keep_last: int, keep=(), run_id: Optional[str] = None) -> list:
-        """Delete complete checkpoints older than the newest ``keep_last``, except the names in ``keep``;
-        return the deleted names. With ``run_id``, only that run's checkpoints are counted or deleted.
+    def rotate(output_dir: str, keep_last: int, keep=(), run_id: Optional[str] = None,
+               resumed: Optional[str] = None, saved=()) -> list:
+        """Delete verified checkpoints older (by save time) than the newest ``keep_last`` verified ones, except
+        the names in ``keep``; return the deleted names. With ``run_id``, only that run's checkpoints are counted
+        or deleted; damaged ones are never counted nor deleted. ``resumed`` (the checkpoint the run resumed
+        from) is kept until one of ``saved`` (the checkpoints saved since) verifies.
         A checkpoint that cannot be removed (read-only directory) is a save failure (TrainingError)."""
         root = checkpoints_dir(output_dir)
-        complete = [os.path.basename(p) for p in list_checkpoints(output_dir, run_id=run_id)  # newest first
-                    if os.path.isfile(os.path.join(p, MANIFEST))]
-        keep = set(complete[:keep_last]) | set(keep)
+        good = [os.path.basename(p) for p in newest_saved_first(list_checkpoints(output_dir, run_id=run_id))
+                if verifies(p)]
+        keep = set(good[:keep_last]) | set(keep)
+        if resumed and not any(name in good for name in saved if name != resumed):
+            keep.add(resumed)
         deleted = []
-        for name in complete[1:]:  # the newest is never deleted
+        for name in good[1:]:  # the newest verified is never deleted
             if name not in keep:
                 trash = os.path.join(root, f".deleting-{name}")
                 try:
@@ -97,6 +118,13 @@ class Checkpoint(Callback):
                                         f"make {root} writable or raise --save_total_limit") from None
                 shutil.rmtree(trash, ignore_errors=True)
                 deleted.append(name)
+        named = read_latest(output_dir)
+        if good and (named is None or os.path.basename(named) in deleted or not os.path.isdir(named)
+                     or (os.path.basename(named) not in good and not verifies(named))):
+            point_latest(root, good[0])  # latest never names a missing or damaged checkpoint
+            logger.warning("checkpoints/latest named %s, which is %s: it now names %s",
+                           os.path.basename(named) if named else "nothing",
+                           "missing" if named is None or not os.path.isdir(named) else "damaged", good[0])
         if deleted:
             logger.debug("removed old checkpoints: %s", ", ".join(deleted))  # --verbose shows it
         return deleted

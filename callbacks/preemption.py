@@ -1,19 +1,22 @@
-"""Preemption: on SIGTERM or SIGINT, every rank finishes the same step, a
-checkpoint is saved, and the run ends with status ``preempted`` (exit 143 /
-130, see docs/how-to/preemption.md and docs/reference/exit-codes.md).
+"""Preemption: on SIGTERM (or SIGHUP, handled as SIGTERM), SIGINT or SIGUSR1,
+every rank finishes the same step, a checkpoint of it is saved (even with
+``save_strategy`` no, unless ``save_on_preemption`` is false) and the run ends
+with status ``preempted``: exit 143 (SIGTERM, SIGHUP), 130 (SIGINT) or 138
+(SIGUSR1: Slurm's ``--signal=USR1@N``, "checkpoint now, then requeue me"); see
+docs/how-to/preemption.md and docs/reference/exit-codes.md.
 
 Events: ``on_fit_begin`` (install signal handlers; main thread only),
 ``on_step_end`` (agree across ranks, then ask for a save and a stop),
 ``on_eval_step_end`` / ``on_save_begin`` / ``on_save_end`` (progress marks:
 a long evaluation or save is not a stall), ``on_fit_end`` (wait until every
-rank is done, restore handlers). Options: ``signals`` (default SIGTERM,
-SIGINT), ``check_every`` (steps between agreement checks, default
+rank is done, restore handlers). Options: ``signals`` (default
+``trainer.process.STOP_SIGNALS``), ``check_every`` (steps between agreement checks, default
 ``logging_steps``),
 ``stall_seconds`` and ``save_seconds`` (the time bounds below; defaults from
 ``PTRAIN_PREEMPT_STALL_SECONDS`` / ``PTRAIN_PREEMPT_SAVE_SECONDS``, else 15 and
 300). State saved: none.
 
-Which signals count. The first SIGTERM or SIGINT starts a graceful stop. A
+Which signals count. The first stop signal starts a graceful stop. A
 later SIGTERM is never "exit now": paddle's launcher sends SIGTERM to each
 worker up to 3 times 0.2 s apart, and again when another rank has exited
 first; a cluster that signals every process of a job makes the worker see its
@@ -79,7 +82,7 @@ def _env_seconds(name: str, default: float) -> float:
 class Preemption(Callback):
     order = 5
 
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT), check_every: Optional[int] = None,
+    def __init__(self, signals=process.STOP_SIGNALS, check_every: Optional[int] = None,
                  stall_seconds: float = None, save_seconds: float = None):
         self.signals = tuple(signals)
         if check_every is None and os.environ.get("PTRAIN_PREEMPT_CHECK_EVERY"):
@@ -92,6 +95,7 @@ class Preemption(Callback):
         self.signum = None          # the signal received on this rank
         self.agreed_signum = None   # the signal all ranks agreed to act on
         self._previous = {}
+        self._startup_was = None    # the start-up exit's setting before on_fit_begin (None: fit never began)
         self._reset()
 
     def _reset(self):
@@ -119,7 +123,7 @@ class Preemption(Callback):
         """Python-level handler (main thread, at the next bytecode after the signal)."""
         self._note(signum, "handler")
         if self._steps_done == 0 and not self._finished.is_set():
-            raise SystemExit(128 + signum)  # before the first step: nothing to save
+            raise SystemExit(128 + process.stop_signal(signum))  # before the first step: nothing to save
 
     def _from_watcher(self, signum: int) -> None:
         """The watcher thread: sees each delivery even when the main thread is stuck in C++."""
@@ -128,6 +132,7 @@ class Preemption(Callback):
     def _note(self, signum: int, source: str) -> None:
         # both the handler and the watcher report every delivery (the handler may merge two
         # pending ones): act once per delivery, whichever reports it first
+        received, signum = signum, process.stop_signal(signum)  # SIGHUP is SIGTERM
         with self._lock:
             self._seen[source] += 1
             count = max(self._seen.values())
@@ -138,8 +143,14 @@ class Preemption(Callback):
             return
         if self.signum is None:
             self.signum, self._signal_time = signum, time.monotonic()
-            logger.warning("received %s: finishing this step, saving a checkpoint, then stopping "
-                           "(Ctrl-C again to exit at once)", signal.Signals(signum).name)
+            args = getattr(self._trainer, "args", None)
+            save = "saving a checkpoint" if args is None or args.save_on_preemption else \
+                "saving nothing (save_on_preemption is false)"
+            then = ("then exiting %d to be requeued" % process.REQUEUE_EXIT if signum == signal.SIGUSR1 else
+                    "then stopping")
+            logger.warning("received %s%s: finishing this step, %s, %s (Ctrl-C again to exit at once)",
+                           signal.Signals(received).name, " (handled as SIGTERM)" if received != signum else "",
+                           save, then)
             self._start_deadline()
         elif signum == signal.SIGINT:
             process.exit_now(128 + signum, "ptrain: second interrupt: exiting at once without a new checkpoint "
@@ -176,7 +187,9 @@ class Preemption(Callback):
             signal.signal(sig, handler)
             signal.siginterrupt(sig, False)
         self._previous.clear()
-        process.startup_handlers_active(self._startup_was)
+        if self._startup_was is not None:  # on_fit_end runs even when fit() failed before on_fit_begin
+            process.startup_handlers_active(self._startup_was)
+            self._startup_was = None
 
     # ---- progress marks (the stall clock) ------------------------------------------
     def on_step_end(self, trainer):
@@ -190,7 +203,7 @@ class Preemption(Callback):
             self._agreed_time = time.monotonic()
             state = trainer.state
             state.should_stop = True
-            state.should_save = trainer.args.save_strategy != "no"
+            state.should_save = bool(trainer.args.save_on_preemption)  # whatever save_strategy says
             state.status = "preempted"
             state.exit_code = self.exit_code
             if trainer.is_main_process:
@@ -246,15 +259,27 @@ class Preemption(Callback):
 
     def _wait_for_all_ranks(self, trainer) -> None:
         """Store barrier: every rank has finished the agreed step and rank 0 has written the
-        checkpoint (fit() waits for the writer before on_fit_end)."""
+        checkpoint (fit() waits for the writer before on_fit_end).
+
+        Rank 0 hosts the TCPStore, so it leaves last: every other rank's final store call is its
+        ``left`` mark, and rank 0 waits for all of them before it returns (and exits, closing the
+        store). Otherwise a rank still polling when rank 0's process ends would block in the store
+        client's reconnect loop until the launcher kills it (seen: a rank killed before it could
+        report its exit)."""
         if trainer.world_size == 1 or self._get_store() is None:
             return
-        key = self._prefix + "done"
+        done, left = self._prefix + "done", self._prefix + "left"
         deadline = time.monotonic() + self.save_seconds
         try:
-            self._store.add(key, 1)
-            while self._store.add(key, 0) < trainer.world_size and time.monotonic() < deadline:
+            count = self._store.add(done, 1)
+            while count < trainer.world_size and time.monotonic() < deadline:
                 time.sleep(0.05)
+                count = self._store.add(done, 0)
+            if trainer.rank != 0:
+                self._store.add(left, 1)  # this rank's last store call
+                return
+            while self._store.add(left, 0) < trainer.world_size - 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
         except Exception as exc:  # noqa: BLE001 - a peer that already left closes the store
             logger.info("preemption barrier ended early: %s", exc)
 
@@ -300,7 +325,7 @@ class Preemption(Callback):
         from trainer.checkpoint.manifest import checkpoints_dir
         from trainer.checkpoint.snapshot import snapshot
 
-        if trainer.args.save_strategy == "no":
+        if not trainer.args.save_on_preemption:
             return ""
         try:
             trainer.wait_for_checkpoint()

@@ -93,6 +93,7 @@ class TrainingArguments:
     load_best_model_at_end: bool = field(default=False, metadata={"help": "after training, load the weights of the best checkpoint by metric_for_best_model (default eval_loss) into the model"})
     flush_at_end: bool = field(default=True, metadata={"help": "the last step always logs, evaluates and saves (when their strategy is not no); PaddleNLP's Trainer does not (false)"})
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
+    save_on_preemption: bool = field(default=True, metadata={"help": "on SIGTERM, SIGINT, SIGHUP or SIGUSR1 save the step the ranks stop at, even with save_strategy no; false: save nothing then (the exit line says what is on disk)"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement

@@ -46,3 +46,14 @@ class TrainingError(TrainerError):
     """Training cannot go on (for example a loss that is not a scalar tensor)."""
 
     exit_code = 5
+
+
+class WorkerKilled(TrainerError):
+    """A DataLoader worker was killed by a signal (the OOM killer sends SIGKILL): it raised nothing, so a restart
+    from the newest checkpoint can help. Exit code 128 + the signal (137 for SIGKILL), which ``--max_restarts``
+    restarts."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum

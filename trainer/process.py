@@ -10,13 +10,14 @@ signalled or killed first (docs/how-to/preemption.md):
   workers SIGKILL (they hold nothing worth saving). Other systems: no-op,
   returns False.
 - :func:`dataloader_worker_init` is the ``worker_init_fn`` of every DataLoader
-  the trainer builds: the worker ignores SIGTERM and SIGINT (a signal to the
+  the trainer builds: the worker ignores the stop signals (a signal to the
   whole process group must not kill it under the training process, which
   would then fail with "DataLoader worker exited unexpectedly" in the middle
   of a save) and dies with its parent.
-- :func:`install_startup_handlers` makes SIGTERM and SIGINT end a process
-  that has not started training yet at once with 128 + the signal number
-  (143, 130): there is nothing to save before ``fit()``. A watcher thread
+- :func:`install_startup_handlers` makes the stop signals (:data:`STOP_SIGNALS`:
+  SIGTERM, SIGHUP = SIGTERM, SIGINT, SIGUSR1) end a process that has not
+  started training yet at once with 128 + the signal number (143, 143, 130,
+  138): there is nothing to save before ``fit()``. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
 """
@@ -36,6 +37,18 @@ logger = logging.getLogger("trainer.process")
 
 PR_SET_PDEATHSIG = 1
 STARTUP_EXIT_SECONDS = 3.0  # a signal during start-up ends the process within this, whatever it is doing
+
+#: the signals that stop a job gracefully (checkpoint, then exit): SIGTERM and SIGHUP (a closed terminal, the
+#: same as SIGTERM), SIGINT (Ctrl-C), SIGUSR1 (Slurm's ``--signal=USR1@N``: checkpoint now, then requeue)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+#: the exit code after SIGUSR1: the checkpoint is saved, requeue the job (docs/how-to/preemption.md); never
+#: restarted by --max_restarts (the allocation is about to end)
+REQUEUE_EXIT = 128 + signal.SIGUSR1
+
+
+def stop_signal(signum: int) -> int:
+    """The signal ``signum`` counts as: SIGHUP is SIGTERM, the others are themselves."""
+    return signal.SIGTERM if signum == signal.SIGHUP else signum
 
 
 def set_parent_death_signal(sig: int) -> bool:
@@ -70,14 +83,14 @@ def dataloader_worker_init(worker_id: int, parent_pid: Optional[int] = None) -> 
     shuts its workers down), die with the training process (SIGKILL). ``parent_pid`` is the
     training process (bind it with ``functools.partial`` where the loader is made): a worker
     whose parent is already another process exits at once."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in STOP_SIGNALS:  # a signal to the whole process group (a closed terminal: SIGHUP) is not for us
+        signal.signal(sig, signal.SIG_IGN)
     if set_parent_death_signal(signal.SIGKILL) and parent_pid is not None and os.getppid() != parent_pid:
         os._exit(0)  # the training process died before prctl: the kernel will never send it
 
 
 class _SignalWatcher:
-    """One daemon thread woken by ``signal.set_wakeup_fd``: it sees every SIGTERM/SIGINT
+    """One daemon thread woken by ``signal.set_wakeup_fd``: it sees every stop signal
     the moment the kernel delivers it, even while the main thread is blocked in C++
     code where Python signal handlers cannot run. It calls ``on_signal(signum)``."""
 
@@ -120,7 +133,7 @@ class _SignalWatcher:
             except OSError:
                 return
             for signum in data:
-                if signum not in (signal.SIGTERM, signal.SIGINT):
+                if signum not in STOP_SIGNALS:
                     continue
                 with self._lock:
                     callbacks = list(self._callbacks)
@@ -158,7 +171,7 @@ class _Startup:
 
     def handler(self, signum, frame):
         if self.active:
-            raise SystemExit(128 + signum)
+            raise SystemExit(128 + stop_signal(signum))
 
     def watch(self, signum: int) -> None:
         if not self.active:
@@ -167,8 +180,9 @@ class _Startup:
         def later():
             time.sleep(STARTUP_EXIT_SECONDS)
             if self.active:
-                exit_now(128 + signum, f"ptrain: {signal.Signals(signum).name} outside training: exiting "
-                                       f"{128 + signum} (no step in progress, nothing to save)")
+                code = 128 + stop_signal(signum)
+                exit_now(code, f"ptrain: {signal.Signals(signum).name} outside training: exiting "
+                               f"{code} (no step in progress, nothing to save)")
 
         threading.Thread(target=later, daemon=True).start()
 
@@ -177,12 +191,12 @@ _STARTUP = _Startup()
 
 
 def install_startup_handlers() -> None:
-    """SIGTERM and SIGINT end this process with 143 / 130 until training starts
+    """SIGTERM / SIGHUP, SIGINT and SIGUSR1 end this process with 143, 130 and 138 until training starts
     (``fit()`` installs its own handlers, then restores these)."""
     if threading.current_thread() is not threading.main_thread():
         return
     _STARTUP.active = True
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _STARTUP.handler)
         signal.siginterrupt(sig, False)  # SA_RESTART: paddle's C++ fails on EINTR instead of retrying
     if WATCHER.start():
@@ -193,3 +207,47 @@ def startup_handlers_active(active: bool) -> bool:
     """Switch the start-up exit off (``fit()`` owns the signals) or back on; returns the previous setting."""
     previous, _STARTUP.active = _STARTUP.active, active
     return previous
+
+
+# ---- failures a rank records for ptrain ---------------------------------------------------------------
+#: set by ptrain's launcher for every worker: a folder where a rank whose fit() failed writes what happened,
+#: so ptrain names the failure (any rank's, not only the one the launcher's exit code comes from) and does not
+#: restart one that a restart cannot fix
+FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
+
+
+def record_failure(rank: int, error: BaseException) -> None:
+    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises)."""
+    folder = os.environ.get(FAILURE_DIR_ENV)
+    if not folder:
+        return
+    import json
+
+    code = getattr(error, "exit_code", None)
+    record = {"rank": rank, "code": code if isinstance(code, int) else 1,
+              "error": f"{type(error).__name__}: {error}"[:2000]}
+    try:
+        tmp = os.path.join(folder, f".rank-{rank}.json.tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(tmp, os.path.join(folder, f"rank-{rank}.json"))
+    except OSError:
+        pass
+
+
+def read_failures(folder: str) -> list:
+    """The records of :func:`record_failure` in ``folder``, by rank."""
+    import json
+
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("rank-") and n.endswith(".json"))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found.append(json.load(f))
+        except (OSError, ValueError):
+            pass
+    return sorted(found, key=lambda r: r.get("rank", 0))

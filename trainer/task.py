@@ -30,6 +30,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .errors import ConfigError
 
+#: option names that choose the train / eval / test split: never allowed to change on resume
+SPLIT_OPTIONS = ("split_seed", "dev_fraction", "val_fraction", "test_fraction")
+
 @dataclass
 class TaskRun:
     """What a task hands to the Trainer."""
@@ -79,6 +82,22 @@ class Task:
     # dry_build(options, args) -> TaskRun without datasets: what ``ptrain run NAME --dry_run`` builds
     # (the model, info and callbacks; no data loaded). None: the dry run calls build()
     dry_build: Optional[Callable[[Any, Any], TaskRun]] = None
+    # options a resume may change, each with the reason (docs/how-to/resume.md); every other option is compared
+    # with the checkpoint's and a change is refused. An option of the split is never allowed (SPLIT_OPTIONS).
+    resume_may_change: Dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        split = sorted(set(self.resume_may_change) & set(SPLIT_OPTIONS))
+        if split:
+            raise ConfigError(f"task {self.name}: resume_may_change lists {split}, options of the split, which a "
+                              "resume may never change (test samples would leak into training)")
+
+    def run_identity(self, options) -> dict:
+        """What a checkpoint of this task's run records besides TrainingArguments (``Trainer.run_identity``):
+        the task and every option; a resume compares them (``trainer.checkpoint.resume.check_identity``)."""
+        fields = {"task": self.name, **dataclasses.asdict(options)}
+        return {"source": f"task {self.name}", "fields": fields, "may_change": dict(self.resume_may_change),
+                "split": [name for name in SPLIT_OPTIONS if name in fields]}
 
     def recipes(self) -> List[str]:
         if not os.path.isdir(self.recipes_dir):

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import random
+import signal
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
@@ -41,11 +42,13 @@ from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    close_iterator, dataset_length, make_loader)
 from .data import iterable
+from .data.loader import killed_workers
 from .data.batch import batch_size, labels_of
 from .data.batch_errors import label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
-from .errors import ConfigError, DataError, TrainingError
+from . import process
+from .errors import ConfigError, DataError, TrainerError, TrainingError, WorkerKilled
 from .evaluation import compute_metrics_of, logits_from_outputs, run_inference
 from .events import Event
 from .schedules import build_scheduler
@@ -117,6 +120,10 @@ class Trainer(PaddleNLPAPI):
         self._seeded_train: Optional[SeededDataset] = None
         self._writer = ckpt_writer.CheckpointWriter()
         self._pending_resume: Optional[str] = None
+        # what defines the run besides TrainingArguments (a task's options; trainer.checkpoint.resume): saved in
+        # every checkpoint, compared on resume. {"source": str, "fields": {name: value}, "may_change": {name: why},
+        # "split": [names of fields that choose the split, never allowed to change]}
+        self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
         self._compat_init_end(door.paddlenlp_args)
 
@@ -316,6 +323,8 @@ class Trainer(PaddleNLPAPI):
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
         except BaseException as exc:
             state.status, state.error = "failed", exc
+            if isinstance(exc, TrainerError):  # under ptrain's launcher: ptrain names it, whichever rank it was
+                process.record_failure(self.rank, exc)
             self._quietly(self.wait_for_checkpoint)
             self._quietly(lambda: self.fire(Event.EXCEPTION))
             raise
@@ -437,7 +446,15 @@ class Trainer(PaddleNLPAPI):
         except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
             if "Blocking queue is killed" not in str(exc):
                 raise
+            killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
             abandon_iterator(batches)
+            if killed:
+                pid, signum = killed[0]
+                name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
+                raise WorkerKilled(f"a DataLoader worker (pid {pid}) was killed by {name} while loading a batch: it "
+                                   "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
+                                   f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
+                                   "from the newest checkpoint", signum) from None
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
                             "run with --dataloader_num_workers 0 to get that error raised here") from None
         waited = time.perf_counter() - start

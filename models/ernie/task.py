@@ -350,4 +350,6 @@ TASK = Task(
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
     preprocessing=preprocessing,
+    resume_may_change={"cache_dir": "where the token-id cache lives: its files are keyed by the texts, the "
+                                    "vocabulary and max_seq_len, so the ids are the same wherever they are cached"},
 )

@@ -131,4 +131,5 @@ TASK = Task(
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
     preprocessing=preprocessing,
+    resume_may_change={"pretrained": "the initial weights only: a resume replaces them with the checkpoint's"},
 )

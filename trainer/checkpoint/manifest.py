@@ -42,6 +42,10 @@ LATEST = "latest"
 MANIFEST = "manifest.json"
 
 
+class UnsupportedFormat(DataError):
+    """A manifest whose ``format_version`` this version does not read: not damaged, so never set aside."""
+
+
 def checkpoints_dir(output_dir: str) -> str:
     return os.path.join(output_dir, "checkpoints")
 
@@ -108,7 +112,7 @@ def read_manifest(path: str) -> dict:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
     version = manifest.get("format_version")
     if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
-        raise DataError(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
+        raise UnsupportedFormat(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
                         f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): resume with the paddle-trainer "
                         "version that wrote it, or start a fresh run")
     for name, meta in files.items():
@@ -222,5 +226,11 @@ def check_meta(meta: dict) -> None:
                                     and isinstance(window.get("sum"), (int, float))
                                     and not isinstance(window.get("sum"), bool)))):
         raise ValueError("trainer.json has fields of the wrong type")
+    identity = meta.get("identity")
+    if identity is not None and not (isinstance(identity, dict)
+                                     and isinstance(identity.get("fields", {}), dict)
+                                     and isinstance(identity.get("may_change", {}), dict)
+                                     and isinstance(identity.get("split", []), list)):
+        raise ValueError("trainer.json has an identity of the wrong type")
 
 

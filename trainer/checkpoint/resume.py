@@ -18,7 +18,11 @@ anything is built, :func:`prepare_resume` reads the checkpoint's arguments
   the accumulation is set for you (:func:`plan_world_size`);
 - the training dataset must have the same number of samples;
 - every other field (seed, data_seed, optim, learning_rate, the schedule, amp,
-  ...) must be equal.
+  ...) must be equal;
+- what else defines the run (``Trainer.run_identity``: for ``ptrain run``, the
+  task and every task option) must be equal too, except the options the task
+  lists in ``Task.resume_may_change`` with a reason; an option of the split
+  (the identity's ``split`` names) can never be listed (:func:`check_identity`).
 
 Anything else is refused with a :class:`ConfigError` of one line naming the
 field, the checkpoint's value, this run's value and what to do. All of it runs
@@ -50,7 +54,7 @@ MAY_CHANGE = frozenset({
     "output_dir", "resume_from_checkpoint",
     "logging_steps", "report_to", "disable_tqdm",
     "evaluation_strategy", "eval_steps", "per_device_eval_batch_size",
-    "save_strategy", "save_steps", "save_total_limit", "save_async",
+    "save_strategy", "save_steps", "save_total_limit", "save_async", "save_on_preemption",
     "metric_for_best_model", "greater_is_better",
     "dataloader_num_workers", "device", "find_unused_parameters",
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
@@ -81,6 +85,7 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     keep_adapted_accumulation(trainer.args, meta, trainer.world_size)
     # recorded in the checkpoints this run writes (trainer.checkpoint.snapshot)
     trainer.accumulation_adapted = int(meta["world_size"]) != trainer.world_size or bool(meta.get("accumulation_adapted"))
+    check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
     check_resume(trainer.args, meta, n, trainer.world_size, path)
     _warn_uneven_epoch(meta, n, trainer.world_size)
     return ckpt
@@ -231,6 +236,28 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
     if planned != old_planned and dist.is_main_process():
         logger.warning("resume: this run trains to step %d, the checkpoint's run to step %d; the learning-rate decay "
                        "is planned over %d steps from step %d on", planned, old_planned, planned, step)
+
+
+def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> None:
+    """Refuse (ConfigError, one line) a change of what defines the run besides TrainingArguments: the fields
+    of ``Trainer.run_identity`` (``ptrain run``: the task and its options, see ``trainer.task.Task.run_identity``)
+    against the ones the checkpoint recorded, except the fields its ``may_change`` lists (with the reason)."""
+    saved = meta.get("identity") or {}
+    old_fields, new_fields = saved.get("fields") or {}, identity.get("fields") or {}
+    if not (isinstance(old_fields, dict) and old_fields and new_fields):
+        return  # a checkpoint written before identities were recorded, or a run that records none
+    allowed = {k: v for k, v in dict(identity.get("may_change") or {}).items() if k not in (identity.get("split") or ())}
+    source = identity.get("source") or saved.get("source") or "the run"
+    for name in sorted(set(old_fields) | set(new_fields)):
+        if name in allowed:
+            continue
+        old, new = old_fields.get(name), new_fields.get(name)
+        if _same(old, new):
+            continue
+        what = ("which samples are train, eval and test (test data would leak into training)"
+                if name in (identity.get("split") or ()) else "what is trained")
+        raise ConfigError(f"resume: {name} ({source}) was {old!r} in checkpoint {path}, this run has {new!r}: it "
+                          f"would change {what}; resume with {name}={old!r}, {_FRESH}")
 
 
 def _steps_per_epoch(args, dataset_len: int, world_size: int) -> int:

@@ -104,6 +104,7 @@ def snapshot(trainer) -> dict:
             "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
             "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
             "loss_window": loss_window,
+            "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
         },
         "step": trainer.state.global_step,
         "run_id": trainer.state.run_id,

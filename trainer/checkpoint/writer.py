@@ -3,8 +3,8 @@
 :func:`write_snapshot` runs on rank 0, in :class:`CheckpointWriter`'s
 background thread or inline: it writes into ``.tmp-step-<N>-<pid>``, fsyncs
 every file, writes the manifest last, renames the directory into place, and
-only then moves the ``latest`` pointer (written to a temporary file and
-``os.replace``-d). A failed or killed save leaves the previous checkpoints and
+only then records the run (``run_id``) and moves the ``latest`` pointer (each
+written to a temporary file and ``os.replace``-d). A failed or killed save leaves the previous checkpoints and
 ``latest`` untouched; its temporary directory is removed by the next save.
 """
 
@@ -26,6 +26,7 @@ from safetensors.numpy import save_file as np_save_file
 from ..errors import TrainingError
 from .lock import pid_alive
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
+from .store import RUN_ID_FILE, note_verified, point_latest, write_run_id
 
 
 def _fsync_file(path: str) -> None:
@@ -98,7 +99,9 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
     """
     try:
         _write_checkpoint(snap, final)
+        note_verified(final)  # every file was just hashed from what was written: rotation need not re-read it
         if publish_root is not None:
+            write_run_id(publish_root, snap.get("run_id", ""))  # the run these checkpoints belong to
             _publish_latest(publish_root, os.path.basename(final))
     except OSError as exc:
         where = exc.filename or final
@@ -155,7 +158,7 @@ def remove_stale_temporaries(root: str) -> None:
     if not os.path.isdir(root):
         return
     for name in os.listdir(root):
-        if name.startswith((".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-")):
+        if name.startswith((".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-", f".{RUN_ID_FILE}.tmp-")):
             pid = name.rsplit("-", 1)[-1]
             if name.startswith(".deleting-") or not (pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))):
                 full = os.path.join(root, name)
@@ -167,15 +170,5 @@ def remove_stale_temporaries(root: str) -> None:
 
 
 def _publish_latest(root: str, name: str) -> None:
-    tmp = os.path.join(root, f".{LATEST}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(name + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(root, LATEST))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    point_latest(root, name)
     _fsync_dir(root)

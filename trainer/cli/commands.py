@@ -10,7 +10,7 @@ from typing import List, Optional
 from ..errors import ConfigError, DataError, TrainerError
 from ..launch.flags import check_launch_flags, wants_launch
 from ..launch.restarts import launch_with_restarts
-from ..process import install_startup_handlers
+from ..process import install_startup_handlers, record_failure
 from .parser import build_parser
 from .run import resolve_run, run_here, run_target
 from .tasks import available_tasks, get_task
@@ -59,6 +59,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         print(f"ptrain: error: {exc}", file=sys.stderr)
+        if "PADDLE_TRAINER_ID" in os.environ:  # a rank of ptrain's launcher: ptrain names it on its console
+            record_failure(int(os.environ.get("PADDLE_TRAINER_ID") or 0), exc)
         return exc.exit_code
     except KeyboardInterrupt:
         print("ptrain: interrupted", file=sys.stderr)
@@ -85,19 +87,24 @@ def _cmd_predict(task_name: str, model_dir: str, inputs: List[str]) -> int:
 
 
 def _cmd_inspect(path: str) -> int:
-    from ..checkpoint.manifest import verify
-    from .describe import describe, resolve_pointer
+    from ..checkpoint.manifest import checkpoints_dir, verify
+    from ..checkpoint.store import list_checkpoints
+    from .describe import auto_choice, describe, resolve_pointer
 
     if not os.path.exists(path):
         raise ConfigError(f"{path} does not exist: give a checkpoint directory or a run's output_dir")
     print(describe(path))
-    target = resolve_pointer(path)
-    if os.path.isfile(os.path.join(target, "manifest.json")) or not os.path.isdir(os.path.join(path, "checkpoints")):
-        try:
-            verify(target)
-        except DataError:
-            return DataError.exit_code  # the report above says which file is wrong
+    if os.path.isdir(checkpoints_dir(path)):  # a run: 3 when it holds checkpoints and none can be resumed
+        if list_checkpoints(path) and auto_choice(path) is None:
+            print(f"ptrain: no checkpoint in {path} verifies: resume 'auto' would start fresh", file=sys.stderr)
+            return DataError.exit_code
+        return 0
+    try:
+        verify(resolve_pointer(path))
+    except DataError:
+        return DataError.exit_code  # the report above says which file is wrong
     return 0
+
 
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work

@@ -327,23 +327,26 @@ def describe_run(output_dir: str) -> str:
         lines += rows
     if latest_note:
         lines.append("  " + latest_note)
-    chosen = _auto_choice(output_dir)
+    chosen = auto_choice(output_dir)
     lines.append(f"  resume 'auto' would take: {os.path.basename(chosen) if chosen else 'none (a fresh start)'}")
     if best:
         lines.append(f"  best: {best}")
     if stray:
         lines.append(f"  leftovers of interrupted saves or deletions (removed at the next save): {', '.join(stray)}")
+    damaged = sorted(n for n in os.listdir(root) if n.startswith("step-") and ".damaged" in n)
+    if damaged:
+        lines.append(f"  set aside as damaged by a resume (kept, never resumed or counted): {', '.join(damaged)}")
     return "\n".join(lines)
 
 
-def _auto_choice(output_dir: str) -> Optional[str]:
+def auto_choice(output_dir: str) -> Optional[str]:
     """What ``resume_from_checkpoint='auto'`` would load (its warnings about skipped ones silenced)."""
     import logging
 
     quiet = logging.getLogger("trainer.checkpoint")
     was_disabled, quiet.disabled = quiet.disabled, True
     try:
-        return resolve("auto", output_dir)
+        return resolve("auto", output_dir, set_aside_damaged=False)  # inspect only reads
     except DataError:
         return None
     finally:

@@ -71,6 +71,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
                       callbacks=run.callbacks)
+    trainer.run_identity = task.run_identity(options)  # the task's options: compared on resume like the args
     if dry_run:
         print(f"task: {task.name}  options: {options}")
         print("info: " + json.dumps(run.info, sort_keys=True)
@@ -81,11 +82,9 @@ def run_here(task, options, args, dry_run: bool) -> int:
     start = time.time()
     state = trainer.fit()
     if state.status == "preempted":
-        code = state.exit_code
         if dist.is_main_process():
-            print(f"ptrain: preempted at step {state.global_step}; checkpoint saved: resume with "
-                  f"--resume_from_checkpoint auto", file=sys.stderr)
-        return code
+            print(preempted_line(args, state), file=sys.stderr)
+        return state.exit_code
     results = {"task": task.name, "status": state.status, "global_step": state.global_step,
                "train_seconds": round(time.time() - start, 2), **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
@@ -102,3 +101,17 @@ def run_here(task, options, args, dry_run: bool) -> int:
         extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
         print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/{extra})")
     return 0
+
+
+def preempted_line(args, state) -> str:
+    """The exit line of a preempted run: what is on disk, exactly, and what to do next."""
+    from ..checkpoint.store import on_disk
+    from ..process import REQUEUE_EXIT
+
+    saved, what = on_disk(args.output_dir, state.global_step)
+    why = "" if args.save_on_preemption else " (--save_on_preemption false)"
+    then = ("resume with --resume_from_checkpoint auto" if saved else
+            "--resume_from_checkpoint auto would start fresh")
+    if state.exit_code == REQUEUE_EXIT:
+        then = f"requeue the job (exit {REQUEUE_EXIT}; Slurm: scontrol requeue $SLURM_JOB_ID) and " + then
+    return f"ptrain: preempted at step {state.global_step}; {what}{why}: {then}"

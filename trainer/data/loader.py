@@ -95,6 +95,17 @@ def to_tensors(value):
     return value
 
 
+def killed_workers(iterator) -> list:
+    """``[(pid, signal number)]`` of the iterator's DataLoader workers that a signal ended (paddle's reader
+    reaps a dead worker through ``is_alive()``, so its exit code is known by the time the loader fails)."""
+    killed = []
+    for worker in getattr(iterator, "_workers", []) or []:
+        code = getattr(worker, "exitcode", None)
+        if isinstance(code, int) and code < 0:
+            killed.append((worker.pid, -code))
+    return killed
+
+
 def abandon_iterator(iterator) -> None:
     """Stop a failed ``paddle.io.DataLoader`` iterator's workers without waiting forever.
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -27,13 +29,15 @@ from typing import List, Optional
 
 from ..checkpoint import RESUME_ENV
 from ..errors import ConfigError
+from ..process import FAILURE_DIR_ENV, REQUEUE_EXIT, read_failures
 from .flags import ETCD, is_etcd
 from .supervise import run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM). Everything else (1 other error, 4 a callback
+# loss-spike retries exhausted), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
+# restart inside the allocation that is about to end would be killed with it). Everything else (1 other error, 4 a callback
 # failed, 124 stall watchdog, a worker killed by a signal, GAVE_UP) is restarted while restarts are left.
-NO_RESTART = (0, 2, 3, 5, 130, 143)
+NO_RESTART = (0, 2, 3, 5, 130, REQUEUE_EXIT, 143)
 GAVE_UP = 75  # trainer.launch.elastic: paddle's launcher stopped before the job completed (e.g. "peer not ready")
 
 
@@ -77,16 +81,23 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
             env["PTRAIN_LAUNCH_STATUS"] = status_file
         cmd = launch_command(ns, target, log_dir, internal_restarts=ns.max_restarts - used)
         print("ptrain: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
-        code = run_launcher(cmd, env)
+        failures = tempfile.mkdtemp(prefix="ptrain-failures-")
+        env[FAILURE_DIR_ENV] = failures
+        try:
+            code = run_launcher(cmd, env)
+            records = read_failures(failures)
+        finally:
+            shutil.rmtree(failures, ignore_errors=True)
         outcome = _read_status(status_file)
         used += outcome.get("restarts", 0)
         if code == 0:
             return 0
-        cause = outcome.get("cause") or f"the launcher exited with code {code}"
+        code, named = _failure_of(code, records)
+        cause = named or outcome.get("cause") or f"the launcher exited with code {code}"
         if code in NO_RESTART or code < 0 or used >= ns.max_restarts:
             why = ("no restart can fix it" if code in NO_RESTART or code < 0 else
                    f"all {ns.max_restarts} restarts are used" if ns.max_restarts else "restarts are off (--max_restarts)")
-            if code not in (130, 143):
+            if code not in (130, REQUEUE_EXIT, 143):
                 print(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
                       f"{log_dir}", file=sys.stderr, flush=True)
             return code
@@ -94,6 +105,21 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
         env[RESUME_ENV] = "auto"
         print(f"ptrain: restart {used} of {ns.max_restarts} from the latest checkpoint ({time.strftime('%H:%M:%S')}): "
               f"{cause}", file=sys.stderr, flush=True)
+
+
+def _failure_of(code: int, records: list):
+    """The job's exit code and cause from what the ranks recorded (``trainer.process.record_failure``): a rank's
+    error that no restart can fix (a DataError on rank 1 while rank 0 was stopped by the launcher) wins over the
+    launcher's code; each recorded error is printed on ptrain's console."""
+    for record in records:
+        print(f"ptrain: rank {record.get('rank')} failed (exit {record.get('code')}): {record.get('error')}",
+              file=sys.stderr, flush=True)
+    final = [r for r in records if r.get("code") in NO_RESTART and r.get("code")]
+    chosen = final[0] if final else (records[0] if records else None)
+    if chosen is None:
+        return code, None
+    cause = f"rank {chosen.get('rank')}: {chosen.get('error')}"
+    return (int(chosen["code"]) if final else code), cause
 
 
 def _read_status(path: Optional[str]) -> dict:
@@ -112,6 +138,18 @@ def _read_status(path: Optional[str]) -> dict:
             pass
 
 
+def rerun_command(argv: Optional[List[str]] = None) -> str:
+    """This ``ptrain`` command line, resuming: what to run after a failure that a new command can get past. A new
+    ``ptrain run`` is a new run, refused in an output_dir that holds this job's checkpoints without
+    ``--resume_from_checkpoint auto``, which is added; ``ptrain launch SCRIPT`` runs as it was (its workers
+    resume through ``PTRAIN_RESUME``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), "")
+    if command == "run" and not any(a == "--resume_from_checkpoint" or a.startswith("--resume_from_checkpoint=") for a in argv):
+        argv += ["--resume_from_checkpoint", "auto"]
+    return "ptrain " + " ".join(shlex.quote(a) for a in argv)
+
+
 def wait_for_etcd(ns, timeout: Optional[float] = None) -> None:
     """Return once the etcd master accepts connections; one clear error after ``--elastic_timeout`` (default 30) s."""
     host, _, port = ns.master[len(ETCD):].rpartition(":")
@@ -123,6 +161,6 @@ def wait_for_etcd(ns, timeout: Optional[float] = None) -> None:
                 return
         except OSError as exc:
             if time.time() >= deadline:
-                raise ConfigError(f"the etcd master {host}:{port} is unreachable ({exc}): start etcd, then run the "
-                                  "same command again (the job resumes from its newest checkpoint)") from None
+                raise ConfigError(f"the etcd master {host}:{port} is unreachable ({exc}): start etcd, then run "
+                                  f"{rerun_command()} (it resumes from the newest checkpoint)") from None
             time.sleep(0.5)

@@ -8,12 +8,14 @@ never leaves a process of it behind.
 - with a parent-death signal (SIGTERM when ``ptrain`` dies, even by SIGKILL:
   the launcher then stops its workers, which save and exit 143).
 
-SIGTERM or SIGINT to ``ptrain`` (what Kubernetes sends to PID 1) is forwarded
+SIGTERM, SIGINT, SIGHUP (forwarded as SIGTERM) or SIGUSR1 to ``ptrain``
+(Kubernetes sends SIGTERM to PID 1, Slurm ``--signal=USR1@N``) is forwarded
 to the training processes (the launcher's children) rather than to the
 launcher: each rank stops at the agreed step, saves, exits 143 / 130, and
 the launcher, seeing a rank end with that code, exits with it too (paddle's
 launcher exits with its own signal number, 15 or 2, when it is signalled
-itself). Before the workers exist the launcher gets the signal. ``ptrain``
+itself). Before the workers exist the launcher gets the signal (SIGTERM for
+SIGUSR1, which paddle's launcher does not handle). ``ptrain``
 then waits: if the job has not ended ``PTRAIN_STOP_SECONDS`` (default 330 s,
 past the ranks' own bounds) after the signal, the launcher gets SIGTERM (it
 stops its workers, SIGKILL after its 30 s), and 40 s later every process of
@@ -21,10 +23,12 @@ the job gets SIGKILL. When the launcher has ended, any process of the job
 still alive (workers orphaned by a SIGKILLed launcher finish their save
 first) gets the same bound, then SIGKILL.
 
-Exit code: after ``ptrain`` received SIGTERM / SIGINT, 143 / 130 unless the
-job still ended with 0 (so ``--max_restarts`` never restarts a job that was
-told to stop). Otherwise the launcher's: a death by signal N is reported as
-128 + N, and paddle's own 15 (the launcher itself was sent SIGTERM) as 143.
+Exit code: after ``ptrain`` received SIGTERM or SIGHUP / SIGINT / SIGUSR1, 143 /
+130 / 138 unless the job still ended with 0 (so ``--max_restarts`` never
+restarts a job that was told to stop). Otherwise the launcher's: a death by
+signal N is reported as 128 + N (paddle's launcher passes a rank's death by
+signal N on as 256 - N, e.g. 247 for SIGKILL: reported as 137 too), and
+paddle's own 15 (the launcher itself was sent SIGTERM) as 143.
 """
 
 from __future__ import annotations
@@ -39,11 +43,11 @@ from typing import Dict, List, Optional
 
 import psutil
 
-from ..process import set_parent_death_signal, startup_handlers_active
+from ..process import STOP_SIGNALS, set_parent_death_signal, startup_handlers_active, stop_signal
 
 logger = logging.getLogger("trainer.supervise")
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT)
+FORWARDED = STOP_SIGNALS  # SIGHUP is forwarded as SIGTERM
 ESCALATE_AFTER_LAUNCHER_SIGTERM = 40.0  # the launcher's own pod.stop waits 30 s before SIGKILL
 
 
@@ -69,15 +73,18 @@ class _Supervisor:
 
     # ---- signals ------------------------------------------------------------------
     def on_signal(self, signum, frame) -> None:
+        received, signum = signum, stop_signal(signum)
         if self.signum is None:
             self.signum, self.signal_time = signum, time.monotonic()
-            print(f"ptrain: {signal.Signals(signum).name}: stopping the job (each rank saves and exits); "
+            print(f"ptrain: {signal.Signals(received).name}: stopping the job (each rank saves and exits); "
                   f"waiting up to {stop_seconds():.0f} s", flush=True)
         self.forward(signum)
 
     def forward(self, signum: int) -> None:
         workers = self._children()
         targets = workers or [self.proc.pid]
+        if not workers and signum not in (signal.SIGTERM, signal.SIGINT):
+            signum = signal.SIGTERM  # paddle's launcher handles only these (SIGUSR1 would kill it outright)
         for pid in targets:
             try:
                 os.kill(pid, signum)
@@ -166,6 +173,8 @@ class _Supervisor:
             return 128 + self.signum
         if code < 0:  # the launcher died of a signal
             code = 128 - code
+        elif 256 - 64 <= code < 256:  # paddle's launcher: sys.exit(a rank's returncode -N) is 256 - N
+            code = 128 + (256 - code)
         if code == signal.SIGTERM:  # paddle's launcher, signalled itself, exits with the signal number
             code = 128 + signal.SIGTERM
         return code

@@ -49,7 +49,7 @@ def test_early_stopping_between_save_steps_saves_the_final_state(tmp_path):
     state = t.fit()
     assert state.status == "stopped" and state.global_step == 6
     assert _latest(tmp_path) == "step-6"
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "step-4", "step-6"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["latest", "run_id", "step-4", "step-6"]
 
 
 def test_stop_at_a_save_step_saves_once_and_save_strategy_no_saves_nothing(tmp_path):

@@ -1,0 +1,77 @@
+"""Signals as schedulers send them to ``ptrain run`` (issue 19, item 8): SIGHUP (a closed terminal) is SIGTERM,
+SIGUSR1 (Slurm's ``--signal=USR1@N``) saves and exits 138 to be requeued, a preemption saves even with
+``--save_strategy no`` unless ``--save_on_preemption false``, and the exit line says exactly what is on disk.
+Real processes, real signals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from helpers import REPO
+
+from trainer.checkpoint.manifest import verify
+
+
+def start(tmp_path, *flags):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trainer.cli", "run", "digits", "--output_dir", str(out), "--max_steps", "100000",
+           "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no", "--disable_tqdm", "true",
+           *flags]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    return proc, out
+
+
+def signal_when_training(proc, out, sig):
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    kids = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(sig)
+    try:
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        for p in kids + [psutil.Process(proc.pid)] if proc.poll() is None else kids:
+            if p.is_running():
+                p.kill()
+    assert not [p for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return stderr
+
+
+def saved_steps(out):
+    root = out / "checkpoints"
+    return sorted(int(n[5:]) for n in os.listdir(root) if n.startswith("step-")) if root.exists() else []
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGHUP, 143), (signal.SIGUSR1, 138)])
+def test_sighup_and_sigusr1_save_and_exit_with_their_code_even_with_save_strategy_no(tmp_path, sig, code):
+    proc, out = start(tmp_path, "--save_strategy", "no")
+    stderr = signal_when_training(proc, out, sig)
+    assert proc.returncode == code, stderr[-3000:]
+    (step,) = saved_steps(out)
+    verify(str(out / "checkpoints" / f"step-{step}"))
+    assert not (out / ".ptrain.lock").exists()
+    (line,) = [x for x in stderr.splitlines() if x.startswith("ptrain: preempted")]
+    assert f"preempted at step {step}; checkpoint {out}/checkpoints/step-{step} of step {step} is saved and verifies" \
+        in line, line
+    assert ("requeue the job (exit 138" in line) == (sig == signal.SIGUSR1)
+    assert line.endswith("resume with --resume_from_checkpoint auto")
+
+
+def test_save_on_preemption_false_saves_nothing_and_says_so(tmp_path):
+    proc, out = start(tmp_path, "--save_strategy", "no", "--save_on_preemption", "false")
+    stderr = signal_when_training(proc, out, signal.SIGTERM)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert saved_steps(out) == []
+    (line,) = [x for x in stderr.splitlines() if x.startswith("ptrain: preempted")]
+    assert "was saved and none is on disk" in line and "(--save_on_preemption false)" in line, line
+    assert "would start fresh" in line and "checkpoint saved" not in line
+    assert not (out / ".ptrain.lock").exists()
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["step"] >= 5
