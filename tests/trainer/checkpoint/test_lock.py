@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, ToyDataset, make_mlp
 
 from trainer import ConfigError, Trainer, TrainingArguments
-from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, RunLock
+from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, OWNER_ENV, RunLock
 
 RACE_TRIALS = int(os.environ.get("PTRAIN_LOCK_RACE_TRIALS", "40"))
 RACERS = 6
@@ -25,7 +25,7 @@ def make(out):
 
 def ptrain_env(**extra):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
-    for name in (JOB_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
+    for name in (JOB_ENV, OWNER_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
         if name not in extra:
             env.pop(name, None)
     return env
@@ -174,10 +174,12 @@ def test_same_job_new_rank0_on_another_host_takes_over_a_different_job_is_refuse
 
 
 def test_trainer_of_the_job_holding_the_lock_shares_it(tmp_path, monkeypatch):
-    """A launched rank 0 (PTRAIN_JOB_ID from its ptrain) trains under its own job's lock and leaves it."""
+    """A launched rank 0 (PTRAIN_JOB_ID and PTRAIN_LOCK_OWNER from its ptrain) trains under its own job's lock
+    and leaves it."""
     holder = RunLock(str(tmp_path), job="job:mine").acquire()
     try:
         monkeypatch.setenv(JOB_ENV, "job:mine")
+        monkeypatch.setenv(OWNER_ENV, holder.token)
         assert make(tmp_path).fit().status == "completed"
         assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == holder.token
     finally:
@@ -191,7 +193,7 @@ def test_launched_rank_of_the_job_never_refuses_itself(tmp_path):
         (tmp_path / LOCK_NAME).write_text(json.dumps({
             "job": "job:ours", "run": "r", "token": "parent", "pid": sleeper.pid, "host": socket.gethostname(),
             "started": time.time()}))
-        env = ptrain_env(**{JOB_ENV: "job:ours", "PADDLE_TRAINER_ID": "0"})
+        env = ptrain_env(**{JOB_ENV: "job:ours", OWNER_ENV: "parent", "PADDLE_TRAINER_ID": "0"})
         proc = ptrain("run", "digits", "--output_dir", str(tmp_path), "--max_steps", "3", "--save_strategy", "no",
                       "--evaluation_strategy", "no", "--report_to", "jsonl", env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
