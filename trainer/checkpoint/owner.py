@@ -31,6 +31,8 @@ import socket
 import time
 from typing import Optional, Tuple
 
+from ..errors import ConfigError
+
 LEASE_ENV = "PTRAIN_LOCK_LEASE_SECONDS"   # the lease an owner takes (its heartbeat renews it every third of it)
 DEFAULT_LEASE_SECONDS = 30.0
 MIN_LEASE_SECONDS = 1.0
@@ -44,8 +46,6 @@ def lease_seconds() -> float:
     try:
         value = float(raw) if raw.strip() else DEFAULT_LEASE_SECONDS
     except ValueError:
-        from ..errors import ConfigError
-
         raise ConfigError(f"{LEASE_ENV}={raw!r} is not a number of seconds: unset it or give e.g. 30") from None
     return max(value, MIN_LEASE_SECONDS)
 
