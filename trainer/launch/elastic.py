@@ -12,7 +12,8 @@ needs, and nothing to the launcher's behaviour:
   heartbeats (``register_heartbeat``) and so restart every running node. When MAX nodes of the job already
   renew their etcd heartbeat, this node waits ``FULL_WAIT_SECONDS`` (paddle's heartbeat TTL is 10 s, so the
   heartbeat of this node's own earlier launcher, killed just now, runs out meanwhile) and then exits
-  ``REFUSED`` (2) with one line, touching nothing in etcd;
+  ``REFUSED`` (2) with one line, touching nothing in etcd; a launcher that stops before the job completed
+  removes its own heartbeat, so its relaunch is not kept waiting by it;
 - the outcome goes to the JSON file named by ``PTRAIN_LAUNCH_STATUS`` (restarts made, the cause of the
   stop) and the exit code says what ``trainer.launch.restarts`` may do: 0 the job completed; a worker's own exit
   code when it failed first (2, 3, 5, 130, 143 are never restarted); ``GAVE_UP`` (75) when the launcher
@@ -119,6 +120,15 @@ def refuse_beyond_max(master: str, job_id: str, nnodes) -> str:
         time.sleep(0.5)
 
 
+def _leave(c, job_id: str) -> None:
+    """Remove this launcher's own heartbeat after a failure (its peers restart anyway), so that its relaunch
+    is not counted twice by :func:`refuse_beyond_max` while the old heartbeat's TTL runs out."""
+    try:
+        c.master.client.delete(f"/paddle/{job_id}/heartbeat/{c.pod.name}")
+    except Exception:  # noqa: BLE001 - best effort: the heartbeat's TTL (10 s) removes it anyway
+        pass
+
+
 def main() -> int:
     status_path = os.environ.pop("PTRAIN_LAUNCH_STATUS", None)
     _import_etcd_client()
@@ -164,6 +174,8 @@ def main() -> int:
             code, cause = observer.first_failure[1] if observer.first_failure[1] > 0 else GAVE_UP, observer.cause
         else:
             code, cause = GAVE_UP, observer.cause or "the launcher stopped before the job completed (peer not ready)"
+        if not completed:
+            _leave(c, ctx.args.job_id)
     if status_path:
         with open(status_path, "w", encoding="utf-8") as f:
             json.dump({"restarts": max(c.pod.restart, 0), "cause": cause, "exit_code": code}, f)
