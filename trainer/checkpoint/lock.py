@@ -347,6 +347,7 @@ class RunLock:
         except OSError:
             yield
             return
+        _GUARD_FDS.add(fd)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -354,7 +355,23 @@ class RunLock:
                 pass  # e.g. some network filesystems: the link-based creation is still atomic
             yield
         finally:
+            _GUARD_FDS.discard(fd)
             os.close(fd)  # closing releases the flock
+
+
+# A process forked while the heartbeat thread holds the guard (a DataLoader worker) would keep a copy of the
+# flock'd descriptor, and so the flock, for its whole life: the child closes its copies at once.
+_GUARD_FDS: set = set()
+
+
+def _close_guards_in_child() -> None:
+    for fd in list(_GUARD_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _GUARD_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_guards_in_child)
 
 
 class _Heartbeat(threading.Thread):

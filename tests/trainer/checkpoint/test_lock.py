@@ -376,3 +376,32 @@ def test_temporaries_of_a_live_holder_elsewhere_are_kept_until_its_lease_expires
                                                               renewed=time.time() - 60)))
     remove_stale_temporaries(str(root))
     assert not in_flight.exists()
+
+
+def test_a_process_forked_during_a_renewal_does_not_keep_the_guard(tmp_path):
+    """A DataLoader worker forked while the heartbeat thread holds the flock must not hold it for its life."""
+    import fcntl
+
+    lock = RunLock(str(tmp_path)).acquire()
+    ready_r, ready_w = os.pipe()
+    try:
+        with lock._guard():
+            pid = os.fork()
+            if pid == 0:  # the fork hooks have run by now
+                os.write(ready_w, b"1")
+                time.sleep(30)
+                os._exit(0)
+        os.read(ready_r, 1)
+        try:
+            fd = os.open(str(tmp_path), os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the child kept it
+            finally:
+                os.close(fd)
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
+        lock.release()
