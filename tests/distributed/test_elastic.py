@@ -319,3 +319,29 @@ def test_etcd_restarted_mid_run_the_job_carries_on_or_stops_with_one_clear_line(
         for node in nodes:
             last = [line for line in node.output().splitlines() if line.startswith("ptrain:")][-1]
             assert "etcd" in last, logs[-4000:]
+
+
+# ---- (f) a node beyond --nnodes MAX --------------------------------------------------------
+def test_node_beyond_nnodes_max_is_refused_and_never_disturbs_the_running_nodes(etcd, nodes, tmp_path):
+    """Issue 19, 7. Before: the third node's launcher deleted the job's heartbeats on registering, every node
+    restarted, one exited 75 ("all 2 restarts are used") and the others were still restarting 210 s later."""
+    out, job = str(tmp_path / "out"), f"f-{os.getpid()}"
+    steps = 6 * STEPS  # long enough for the third node to start up, wait for a free place and be refused
+    nodes += [Node(f"n{i}", str(tmp_path), etcd.url, job, out, "2", steps=steps) for i in range(2)]
+    wait_until(lambda: training_at(out, 4) and progress(out)[-1]["world_size"] == 2, "2-node training at step 4")
+    third = Node("n2", str(tmp_path), etcd.url, job, out, "2", steps=steps)
+    nodes.append(third)
+    started = time.time()
+    code = third.wait(timeout=180)
+    text = third.output()
+    refused = [line for line in text.splitlines() if line.startswith("ptrain: error:")]
+    assert code == 2, text[-4000:]
+    assert len(refused) == 1 and f"job {job} already runs on 2 node(s), the most --nnodes 2 allows" in refused[0]
+    assert not os.path.exists(os.path.join(str(tmp_path), "log-n2", "workerlog.0"))  # no worker was started
+    running = [n.proc.poll() is None for n in nodes[:2]]
+    logs = finish(nodes, *nodes[:2])
+    report(test="f", refused_after_seconds=round(time.time() - started, 1), peers_running_at_refusal=running)
+    assert "node restart" not in logs and "ptrain: restart" not in logs, logs[-8000:]
+    rows = progress(out)
+    assert {r["world_size"] for r in rows} == {2} and len({r["pid"] for r in rows}) == 1  # rank 0 never restarted
+    assert result(out)["global_step"] == steps

@@ -2,30 +2,42 @@
 
 ``output_dir/.ptrain.lock`` is a small JSON record::
 
-    {"job": ..., "run": ..., "token": ..., "pid": ..., "host": ..., "started": ...}
+    {"job": ..., "run": ..., "token": ..., "multinode": false, "started": ...,
+     "pid": ..., "host": ..., "boot": ..., "pidns": ..., "pid_start": ...,
+     "lease": 30.0, "renewed": ..., "beat": 0}
 
 ``job`` names the job (every process of one job has the same), ``run`` the
 training run (kept when a process of the same job takes the lock over),
-``token`` the process that holds it. The record is written to a temporary file
-first and then hard-linked into place, so the lock never exists empty or half
-written and two racers cannot both create it; on one host, acquiring and
-releasing also hold ``flock`` on output_dir, so no racer reads a lock while
-another replaces it.
+``token`` the process that holds it; ``pid`` .. ``pid_start`` say who that is
+(:mod:`trainer.checkpoint.owner`), ``lease`` / ``renewed`` / ``beat`` are its
+lease: a heartbeat thread of the holder (never the training thread) rewrites the
+record every third of the lease. The record is written to a temporary file
+first and then hard-linked (created) or renamed (renewed, taken over) into
+place, so the lock never exists empty or half written and two racers cannot
+both create it; on one host, acquiring, renewing and releasing also hold
+``flock`` on output_dir, so no racer reads a lock while another replaces it.
 
 Who holds it:
 
 - ``ptrain run`` holds it for the whole command (:func:`hold_for_command`) and
-  exports the job's identity as ``PTRAIN_JOB_ID`` before it starts the
-  launcher, so the launched ranks and their restarts recognise their own job
-  and never refuse themselves;
+  exports the job's identity as ``PTRAIN_JOB_ID`` and the holder's token as
+  ``PTRAIN_LOCK_OWNER`` before it starts the launcher, so the launched ranks and
+  their restarts recognise their own launch and never refuse themselves;
 - ``Trainer.fit()`` on rank 0 acquires it when no process of its job holds it
   (a plain script, or a raw ``python -m paddle.distributed.launch``); other
   ranks never probe it.
 
-A second job is refused while the owner lives. A lock left by a dead process
-on this host is taken over with a warning. A lock of another host is never
-guessed away, except by the same job (an elastic restart whose new rank 0 runs
-on another node). ``release`` removes the lock only while it is still ours.
+A lock whose owner is stale (:func:`trainer.checkpoint.owner.judge`: its lease
+expired, its process is gone, its host restarted) is taken over with a warning.
+An owner this process cannot check (another host, another container) is waited
+for, at most the rest of its lease: renewed meanwhile, it is live and a second
+job is refused; not renewed, it is stale (a restarted container takes its own
+earlier lock over this way, and says so). One job id has one owner at a time: a
+second command of the same job is refused like another job unless it is a rank
+or a restart of the owner's launch (``PTRAIN_LOCK_OWNER``) or a node of the same
+multi-node job; the new rank 0 of the job, on another node after an elastic
+restart, takes the lock over keeping its run. ``release`` removes the lock only
+while it is still ours.
 """
 
 from __future__ import annotations
@@ -36,28 +48,22 @@ import fcntl
 import json
 import logging
 import os
-import socket
+import threading
 import time
 import uuid
 from typing import Iterator, Optional
 
 from ..errors import ConfigError
+from .owner import LIVE, STALE, UNKNOWN, identity, judge, lease_age, lease_seconds, pid_alive, same_namespace, where
+
+__all__ = ["LOCK_NAME", "JOB_ENV", "OWNER_ENV", "RunLock", "job_key", "pid_alive", "hold_for_command", "holder"]
 
 logger = logging.getLogger("trainer.lock")
 LOCK_NAME = ".ptrain.lock"
 JOB_ENV = "PTRAIN_JOB_ID"          # the job's identity, exported by ptrain to the launcher and its ranks
+OWNER_ENV = "PTRAIN_LOCK_OWNER"    # the holder's token, exported with it: its ranks and restarts share the lock
 UNREADABLE_GRACE_SECONDS = 60.0     # an unreadable lock older than this is taken as left by a crash
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+POLL_SECONDS = 0.25                 # how often a waiter re-reads a lock it cannot check
 
 
 def job_key(job_id: Optional[str] = None, master: Optional[str] = None, ips: Optional[str] = None) -> str:
@@ -84,16 +90,25 @@ def _fail(output_dir: str, path: str, exc: OSError) -> ConfigError:
                        "choose a writable --output_dir")
 
 
-class RunLock:
-    """The lock of one output_dir, for the job ``job`` (default: ``PTRAIN_JOB_ID``, else this process alone)."""
+def _since(record: dict) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.get("started", 0) or 0)))
 
-    def __init__(self, output_dir: str, job: Optional[str] = None):
+
+class RunLock:
+    """The lock of one output_dir, for the job ``job`` (default: ``PTRAIN_JOB_ID``, else this process alone).
+
+    ``multinode``: this command is one node of a multi-node job, whose other nodes share the lock.
+    """
+
+    def __init__(self, output_dir: str, job: Optional[str] = None, multinode: bool = False):
         self.output_dir = output_dir
         self.path = os.path.join(output_dir, LOCK_NAME)
         self.job = job or os.environ.get(JOB_ENV) or f"run:{uuid.uuid4().hex}"
+        self.multinode = multinode
         self.token = uuid.uuid4().hex
         self.held = False        # we created (or took over) the lock and must remove it
         self.record: dict = {}   # the lock's record while we hold or share it
+        self._heartbeat: Optional[_Heartbeat] = None
 
     @property
     def run_id(self) -> str:
@@ -102,10 +117,10 @@ class RunLock:
 
     # ---- acquire ------------------------------------------------------------------
     def acquire(self, take_over_same_job: bool = False) -> "RunLock":
-        """Own the lock, or share it with a live process of the same job.
+        """Own the lock, or share it with a live process of the same launch or multi-node job.
 
-        ``take_over_same_job``: a lock of this job whose holder is on another
-        host or dead becomes ours (the new rank 0 after an elastic restart).
+        ``take_over_same_job``: a lock of this job whose holder is gone, or runs where this process
+        cannot check it (another node), becomes ours (the new rank 0 after an elastic restart).
         """
         created = not os.path.isdir(self.output_dir)
         try:
@@ -116,37 +131,115 @@ class RunLock:
             raise ConfigError(f"output_dir {self.output_dir} cannot be created ({exc.strerror}): "
                               "choose a writable --output_dir") from None
         try:
-            return self._acquire(take_over_same_job)
+            self._acquire(take_over_same_job)
         except ConfigError:
             if created:  # leave nothing behind: not even the directory this attempt made
                 with contextlib.suppress(OSError):
                     os.rmdir(self.output_dir)
             raise
+        if self.held:
+            self._heartbeat = _Heartbeat(self)
+            self._heartbeat.start()
+        return self
 
-    def _acquire(self, take_over_same_job: bool) -> "RunLock":
-        with self._guard():
-            for _ in range(3):
+    def _acquire(self, take_over_same_job: bool) -> None:
+        expired = None  # the (token, beat) of a record we watched through the rest of its lease, unrenewed
+        for _ in range(5):
+            with self._guard():
                 if self._create(run=uuid.uuid4().hex):
-                    return self
+                    return
                 owner = self._read()
                 if owner is None:
                     continue  # vanished between our link and our read: try again
-                if owner.get("job") == self.job:
-                    if take_over_same_job and _gone_or_elsewhere(owner):
-                        self._replace(owner, run=str(owner.get("run", "")))
-                        logger.warning("rank 0 of job %s takes over the lock of %s from process %s on %s",
-                                       self.job, self.output_dir, owner.get("pid"), owner.get("host"))
-                    else:
-                        self.record = owner  # a process of our own job holds it: share, never remove
-                    return self
-                self._refuse_unless_stale(owner)
-                self._replace(owner, run=uuid.uuid4().hex)
-                return self
+                verdict, why = judge(owner) if not owner.get("unreadable") else (UNKNOWN, "")
+                if expired is not None and expired == _beat(owner):
+                    verdict, why = STALE, f"it did not renew its lease of {float(owner['lease']):.0f} s"
+                if self._settle(owner, verdict, why, take_over_same_job):
+                    return
+            expired = self._wait_for_lease(owner)
         raise ConfigError(f"could not lock output_dir {self.output_dir}: another run keeps taking it")
 
+    def _settle(self, owner: dict, verdict: str, why: str, take_over_same_job: bool) -> bool:
+        """Share, take over or refuse ``owner``'s lock (under the guard); False: wait for its lease first."""
+        if owner.get("unreadable"):
+            self._refuse_unreadable()
+            self._replace(owner, run=uuid.uuid4().hex)
+            return True
+        if owner.get("job") == self.job:
+            if take_over_same_job and (verdict == STALE or not _checkable(owner)):
+                self._replace(owner, run=str(owner.get("run", "")))
+                logger.warning("rank 0 of job %s takes over the lock of %s from %s", self.job, self.output_dir,
+                               where(owner))
+                return True
+            launched = os.environ.get(OWNER_ENV) == owner.get("token")
+            if launched or (self.multinode and owner.get("multinode")):
+                self.record = owner  # our own launch or another node of our job holds it: share, never remove
+                return True
+        if verdict == UNKNOWN:
+            return False
+        if verdict == LIVE:
+            self._refuse_live(owner, why)
+        run = str(owner.get("run", "")) if owner.get("job") == self.job else uuid.uuid4().hex
+        self._replace(owner, run=run)
+        logger.warning("taking over the lock of %s from %s: %s", self.output_dir, where(owner), why)
+        return True
+
+    def _refuse_live(self, owner: dict, why: str) -> None:
+        if owner.get("job") == self.job:
+            raise ConfigError(f"output_dir {self.output_dir} is in use by another command of the same job "
+                              f"{self.job.split(':', 1)[-1]} ({where(owner)} since {_since(owner)}; {why}): one "
+                              "command of a job owns an output_dir at a time: wait for it to finish, give this "
+                              "command another --job_id, or use another --output_dir")
+        pid, host = owner.get("pid"), owner.get("host")
+        if "lease" not in owner and host != identity()["host"]:
+            raise ConfigError(f"output_dir {self.output_dir} is in use by process {pid} on host {host} "
+                              f"(lock {self.path}): wait for that run, use another --output_dir, or delete the "
+                              "lock file if that run is gone")
+        if same_namespace(owner) or "lease" not in owner:
+            raise ConfigError(f"output_dir {self.output_dir} is in use by live process {pid} on {host} since "
+                              f"{_since(owner)}: wait for it to finish or use another --output_dir")
+        raise ConfigError(f"output_dir {self.output_dir} is in use by {where(owner)} since {_since(owner)} ({why}): "
+                          "wait for it to finish or use another --output_dir")
+
+    def _refuse_unreadable(self) -> None:
+        try:
+            age = time.time() - os.path.getmtime(self.path)
+        except OSError:
+            age = 0.0
+        if age < UNREADABLE_GRACE_SECONDS:
+            raise ConfigError(f"the lock {self.path} is unreadable: if no run uses {self.output_dir}, "
+                              "delete it and run again")
+        logger.warning("taking over the unreadable lock of %s (%.0f s old)", self.output_dir, age)
+
+    def _wait_for_lease(self, owner: dict) -> Optional[tuple]:
+        """Watch a lock whose holder cannot be checked from here (outside the guard, so it can renew).
+
+        Returns its (token, beat) when the rest of its lease passed without a renewal; refuses when it
+        was renewed (the holder lives); None when it changed otherwise (released, taken): decide again.
+        """
+        lease = float(owner.get("lease", 0))
+        rest = min(max(lease - max(lease_age(owner) or 0.0, 0.0), 0.0), lease) + POLL_SECONDS
+        logger.warning("output_dir %s is locked by %s, which this process cannot check; %s: waiting up to %.0f s "
+                       "for its lease to run out (a restarted container's earlier self) or be renewed (a live run)",
+                       self.output_dir, where(owner), judge(owner)[1], rest)
+        seen = _beat(owner)
+        deadline = time.monotonic() + rest
+        while time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+            try:
+                now = self._read()
+            except ConfigError:
+                return None
+            if now is None or now.get("token") != owner.get("token"):
+                return None
+            if _beat(now) != seen:
+                self._refuse_live(now, f"it renewed its lease {max(lease_age(now) or 0.0, 0.0):.0f} s ago")
+        return seen
+
     def _record(self, run: str) -> dict:
-        return {"job": self.job, "run": run, "token": self.token, "pid": os.getpid(),
-                "host": socket.gethostname(), "started": time.time()}
+        now = time.time()
+        return {"job": self.job, "run": run, "token": self.token, "multinode": self.multinode, "started": now,
+                **identity(), "lease": lease_seconds(), "renewed": now, "beat": 0}
 
     def _write_temp(self, record: dict) -> str:
         tmp = f"{self.path}.tmp-{self.token}"
@@ -209,31 +302,29 @@ class RunLock:
         except (ValueError, KeyError, TypeError):
             return {"unreadable": True}
 
-    def _refuse_unless_stale(self, owner: dict) -> None:
-        if owner.get("unreadable"):
+    # ---- lease --------------------------------------------------------------------
+    def renew(self) -> bool:
+        """Renew our lease (the heartbeat thread); False once the lock is no longer ours."""
+        with self._guard():
+            owner = self._read()
+            if owner is None or owner.get("token") != self.token:
+                return False
+            record = dict(self.record, renewed=time.time(), beat=int(self.record.get("beat", 0)) + 1)
+            tmp = self._write_temp(record)
             try:
-                age = time.time() - os.path.getmtime(self.path)
-            except OSError:
-                age = 0.0
-            if age < UNREADABLE_GRACE_SECONDS:
-                raise ConfigError(f"the lock {self.path} is unreadable: if no run uses {self.output_dir}, "
-                                  "delete it and run again")
-            logger.warning("taking over the unreadable lock of %s (%.0f s old)", self.output_dir, age)
-            return
-        pid, host = int(owner["pid"]), str(owner["host"])
-        if host != socket.gethostname():
-            raise ConfigError(f"output_dir {self.output_dir} is in use by process {pid} on host {host} "
-                              f"(lock {self.path}): wait for that run, use another --output_dir, or delete the "
-                              "lock file if that run is gone")
-        if pid_alive(pid):
-            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(owner.get("started", 0))))
-            raise ConfigError(f"output_dir {self.output_dir} is in use by live process {pid} on {host} since "
-                              f"{started}: wait for it to finish or use another --output_dir")
-        logger.warning("taking over the lock of %s left by process %s, which is gone", self.output_dir, pid)
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                _remove(tmp)
+                raise _fail(self.output_dir, self.path, exc) from None
+            self.record = record
+            return True
 
     # ---- release --------------------------------------------------------------------
     def release(self) -> None:
         """Remove the lock if it is still ours (never one another run holds now)."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         if not self.held:
             return
         self.held = False
@@ -244,8 +335,7 @@ class RunLock:
                     _remove(self.path)
                 elif owner is not None:
                     log = logger.info if owner.get("job") == self.job else logger.warning  # same job: a handover
-                    log("the lock of %s is no longer ours (now process %s on %s): left in place",
-                        self.output_dir, owner.get("pid"), owner.get("host"))
+                    log("the lock of %s is no longer ours (now %s): left in place", self.output_dir, where(owner))
         except (OSError, ConfigError) as exc:
             logger.warning("could not release the lock %s: %s", self.path, exc)
 
@@ -257,6 +347,7 @@ class RunLock:
         except OSError:
             yield
             return
+        _GUARD_FDS.add(fd)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -264,16 +355,72 @@ class RunLock:
                 pass  # e.g. some network filesystems: the link-based creation is still atomic
             yield
         finally:
+            _GUARD_FDS.discard(fd)
             os.close(fd)  # closing releases the flock
 
 
-def _gone_or_elsewhere(owner: dict) -> bool:
-    if owner.get("host") != socket.gethostname():
-        return True
+# A process forked while the heartbeat thread holds the guard (a DataLoader worker) would keep a copy of the
+# flock'd descriptor, and so the flock, for its whole life: the child closes its copies at once.
+_GUARD_FDS: set = set()
+
+
+def _close_guards_in_child() -> None:
+    for fd in list(_GUARD_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _GUARD_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_guards_in_child)
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the holder's lease every third of it, off the training thread, until stopped or no longer ours."""
+
+    def __init__(self, lock: RunLock):
+        super().__init__(name="ptrain-lock-lease", daemon=True)
+        self.lock = lock
+        self._halt = threading.Event()
+        self._warned = False
+
+    def run(self) -> None:
+        period = float(self.lock.record.get("lease", lease_seconds())) / 3.0
+        while not self._halt.wait(period):
+            try:
+                if not self.lock.renew():
+                    return
+                self._warned = False
+            except (OSError, ConfigError) as exc:  # e.g. a full disk: say so once, keep trying
+                if not self._warned:
+                    logger.warning("could not renew the lease of %s (other runs may take it over when it runs "
+                                   "out): %s", self.lock.path, exc)
+                    self._warned = True
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5)
+
+
+def _checkable(record: dict) -> bool:
+    """Whether this process can check the record's PID (an old record without a namespace: same host)."""
+    return same_namespace(record) if record.get("pidns") else record.get("host") == identity()["host"]
+
+
+def _beat(record: dict) -> tuple:
+    return record.get("token"), record.get("beat"), record.get("renewed")
+
+
+def holder(output_dir: str) -> Optional[dict]:
+    """The record of the live (lease not expired) holder of ``output_dir``'s lock, else None."""
     try:
-        return not pid_alive(int(owner.get("pid", -1)))
-    except (TypeError, ValueError):
-        return True
+        with open(os.path.join(output_dir, LOCK_NAME), encoding="utf-8") as f:
+            record = json.loads(f.read(65536))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or judge(record)[0] == STALE:
+        return None
+    return record
 
 
 def _remove(path: str) -> None:
@@ -286,21 +433,23 @@ def _remove(path: str) -> None:
 
 
 @contextlib.contextmanager
-def hold_for_command(output_dir: str, job: str) -> Iterator[RunLock]:
+def hold_for_command(output_dir: str, job: str, multinode: bool = False) -> Iterator[RunLock]:
     """Hold the lock of ``output_dir`` for ``job`` around a whole command.
 
-    Exports ``PTRAIN_JOB_ID=job`` so that the processes this command starts (the
-    launcher, its ranks, their restarts) share the lock instead of refusing
+    Exports ``PTRAIN_JOB_ID=job`` and ``PTRAIN_LOCK_OWNER`` (the holder's token) so that the processes
+    this command starts (the launcher, its ranks, their restarts) share the lock instead of refusing
     themselves. Used by ``ptrain run``; the lock is removed at the end if ours.
     """
-    lock = RunLock(output_dir, job=job).acquire()
-    previous = os.environ.get(JOB_ENV)
+    lock = RunLock(output_dir, job=job, multinode=multinode).acquire()
+    previous = {name: os.environ.get(name) for name in (JOB_ENV, OWNER_ENV)}
     os.environ[JOB_ENV] = job
+    os.environ[OWNER_ENV] = str(lock.record.get("token", lock.token))
     try:
         yield lock
     finally:
-        if previous is None:
-            os.environ.pop(JOB_ENV, None)
-        else:
-            os.environ[JOB_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         lock.release()

@@ -100,6 +100,13 @@ def _remove_overwritten(output_dir: str) -> None:
                 shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
 
 
+def _multinode(ns) -> bool:
+    """Whether this command is one node of a multi-node job (its other nodes share the lock)."""
+    nnodes = str(getattr(ns, "nnodes", None) or "1").split(":")[-1]
+    ips = getattr(ns, "ips", None) or ""
+    return bool(getattr(ns, "master", None)) or "," in ips or (nnodes.isdigit() and int(nnodes) > 1)
+
+
 @contextlib.contextmanager
 def claim_for_command(args, ns) -> Iterator[None]:
     """``ptrain run``: hold output_dir from here to the command's last line (not in a launched rank,
@@ -108,6 +115,6 @@ def claim_for_command(args, ns) -> Iterator[None]:
         yield
         return
     job = job_key(getattr(ns, "job_id", None), getattr(ns, "master", None), getattr(ns, "ips", None))
-    with hold_for_command(args.output_dir, job) as lock:
+    with hold_for_command(args.output_dir, job, multinode=_multinode(ns)) as lock:
         check_reuse(args.output_dir, lock.run_id, args.resume_from_checkpoint, args.overwrite_output_dir)
         yield

@@ -24,7 +24,8 @@ import paddle
 from safetensors.numpy import save_file as np_save_file
 
 from ..errors import TrainingError
-from .lock import pid_alive
+from .lock import holder
+from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
 from .store import RUN_ID_FILE, note_verified, point_latest, write_run_id
 
@@ -154,19 +155,33 @@ def _write_checkpoint(snap: dict, final: str) -> None:
 
 def remove_stale_temporaries(root: str) -> None:
     """Delete ``.tmp-*``/``.old-*``/``.deleting-*`` directories and ``.latest.tmp-*`` files left by a process
-    that died mid-save or mid-rotation (rank 0, at the start of fit() and before a save)."""
+    that died mid-save or mid-rotation (rank 0, at the start of fit() and before a save).
+
+    A temporary named for a PID is kept while that PID lives here; and while the output_dir's lock is held,
+    under a lease that has not expired, by a holder in another PID namespace or on another host (whose
+    writer this process cannot check), no temporary of a PID that is not alive here is touched either.
+    """
     if not os.path.isdir(root):
         return
-    for name in os.listdir(root):
-        if name.startswith((".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-", f".{RUN_ID_FILE}.tmp-")):
-            pid = name.rsplit("-", 1)[-1]
-            if name.startswith(".deleting-") or not (pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid)))):
-                full = os.path.join(root, name)
-                if os.path.isdir(full) and not os.path.islink(full):
-                    shutil.rmtree(full, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.remove(full)
+    prefixes = (".tmp-", ".old-", ".deleting-", f".{LATEST}.tmp-", f".{RUN_ID_FILE}.tmp-")
+    names = [n for n in os.listdir(root) if n.startswith(prefixes)]
+    if not names:
+        return
+    owner = holder(os.path.dirname(os.path.abspath(root)))
+    foreign_live_owner = owner is not None and not same_namespace(owner)
+    for name in names:
+        pid = name.rsplit("-", 1)[-1]
+        if not name.startswith(".deleting-"):
+            if pid.isdigit() and (int(pid) == os.getpid() or pid_alive(int(pid))):
+                continue  # its writer lives in this PID namespace
+            if foreign_live_owner:
+                continue  # its writer may be the live holder, elsewhere
+        full = os.path.join(root, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(full)
 
 
 def _publish_latest(root: str, name: str) -> None:

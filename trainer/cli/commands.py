@@ -123,4 +123,9 @@ def _cmd_launch(ns) -> int:
     check_launch_flags(ns)
     if not os.path.isfile(ns.script):
         raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+    from ..checkpoint.lock import JOB_ENV, job_key
+
+    # the job's identity for its ranks and restarts: the new rank 0 of an elastic restart, on another node or
+    # in another container, takes its own job's lock over at once instead of waiting for the lease
+    os.environ.setdefault(JOB_ENV, job_key(ns.job_id, ns.master, ns.ips))
     return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")

@@ -8,6 +8,12 @@ needs, and nothing to the launcher's behaviour:
   ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``: it is set while this process imports protobuf and
   removed again before paddle copies the environment for the workers, which keep the fast protobuf;
 - each restart the launcher makes of its workers is logged with its cause (``ptrain: node restart``);
+- a node beyond ``--nnodes MAX`` is refused before it registers: paddle's launcher would delete the job's
+  heartbeats (``register_heartbeat``) and so restart every running node. When MAX nodes of the job already
+  renew their etcd heartbeat, this node waits ``FULL_WAIT_SECONDS`` (paddle's heartbeat TTL is 10 s, so the
+  heartbeat of this node's own earlier launcher, killed just now, runs out meanwhile) and then exits
+  ``REFUSED`` (2) with one line, touching nothing in etcd; a launcher that stops before the job completed
+  removes its own heartbeat, so its relaunch is not kept waiting by it;
 - the outcome goes to the JSON file named by ``PTRAIN_LAUNCH_STATUS`` (restarts made, the cause of the
   stop) and the exit code says what ``trainer.launch.restarts`` may do: 0 the job completed; a worker's own exit
   code when it failed first (2, 3, 5, 130, 138, 143 are never restarted); ``GAVE_UP`` (75) when the launcher
@@ -26,6 +32,8 @@ import time
 
 PROTOBUF = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
 GAVE_UP = 75  # = trainer.launch.restarts.GAVE_UP; not imported: this file runs as a script, before paddle's launcher
+REFUSED = 2  # = trainer.errors.ConfigError.exit_code: a node beyond --nnodes MAX (never restarted)
+FULL_WAIT_SECONDS = 12.0  # paddle's etcd heartbeat TTL (10 s) and a margin
 
 
 def _import_etcd_client() -> None:
@@ -77,6 +85,50 @@ class _Observer(threading.Thread):
                   file=sys.stderr, flush=True)
 
 
+def nodes_alive(master: str, job_id: str) -> int:
+    """How many nodes of ``job_id`` renew their heartbeat in etcd (paddle's keys /paddle/JOB/heartbeat/POD)."""
+    import etcd3
+
+    host, _, port = master[len("etcd://"):].rpartition(":")
+    client = etcd3.client(host=host, port=int(port))
+    try:
+        return sum(1 for _ in client.get_prefix(f"/paddle/{job_id}/heartbeat"))
+    finally:
+        client.close()
+
+
+def refuse_beyond_max(master: str, job_id: str, nnodes) -> str:
+    """"" when this node fits in the job, else the one line that refuses it (after waiting FULL_WAIT_SECONDS)."""
+    most = str(nnodes or "").split(":")[-1]
+    if not most.isdigit():
+        return ""
+    most = int(most)
+    deadline = time.monotonic() + FULL_WAIT_SECONDS
+    said = False
+    while True:
+        alive = nodes_alive(master, job_id)
+        if alive < most:
+            return ""
+        if time.monotonic() >= deadline:
+            return (f"job {job_id} already runs on {alive} node(s), the most --nnodes {nnodes} allows: this node was "
+                    "not started and the running nodes were not disturbed; start it with another --job_id, or give "
+                    "the job a larger --nnodes MIN:MAX from its start")
+        if not said:
+            print(f"ptrain: job {job_id} has {alive} of at most {most} nodes alive in etcd: waiting up to "
+                  f"{FULL_WAIT_SECONDS:.0f} s for one to leave", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.5)
+
+
+def _leave(c, job_id: str) -> None:
+    """Remove this launcher's own heartbeat after a failure (its peers restart anyway), so that its relaunch
+    is not counted twice by :func:`refuse_beyond_max` while the old heartbeat's TTL runs out."""
+    try:
+        c.master.client.delete(f"/paddle/{job_id}/heartbeat/{c.pod.name}")
+    except Exception:  # noqa: BLE001 - best effort: the heartbeat's TTL (10 s) removes it anyway
+        pass
+
+
 def main() -> int:
     status_path = os.environ.pop("PTRAIN_LAUNCH_STATUS", None)
     _import_etcd_client()
@@ -84,6 +136,18 @@ def main() -> int:
     from paddle.distributed.launch.context import Context
 
     ctx = Context()
+    try:
+        refusal = refuse_beyond_max(ctx.args.master, ctx.args.job_id, ctx.args.nnodes)
+    except Exception as exc:  # noqa: BLE001 - etcd unreachable: the launcher reports it as before
+        refusal = ""
+        print(f"ptrain: could not count the job's nodes in etcd ({type(exc).__name__}: {exc})", file=sys.stderr,
+              flush=True)
+    if refusal:
+        print(f"ptrain: error: {refusal}", file=sys.stderr, flush=True)
+        if status_path:
+            with open(status_path, "w", encoding="utf-8") as f:
+                json.dump({"restarts": 0, "cause": refusal, "exit_code": REFUSED}, f)
+        return REFUSED
     c = controllers.init(ctx)
     observer = _Observer(ctx, c)
     observer.start()
@@ -110,6 +174,8 @@ def main() -> int:
             code, cause = observer.first_failure[1] if observer.first_failure[1] > 0 else GAVE_UP, observer.cause
         else:
             code, cause = GAVE_UP, observer.cause or "the launcher stopped before the job completed (peer not ready)"
+        if not completed:
+            _leave(c, ctx.args.job_id)
     if status_path:
         with open(status_path, "w", encoding="utf-8") as f:
             json.dump({"restarts": max(c.pod.restart, 0), "cause": cause, "exit_code": code}, f)

@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, ToyDataset, make_mlp
 
 from trainer import ConfigError, Trainer, TrainingArguments
-from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, RunLock
+from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, OWNER_ENV, RunLock
 
 RACE_TRIALS = int(os.environ.get("PTRAIN_LOCK_RACE_TRIALS", "40"))
 RACERS = 6
@@ -25,7 +25,7 @@ def make(out):
 
 def ptrain_env(**extra):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
-    for name in (JOB_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
+    for name in (JOB_ENV, OWNER_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
         if name not in extra:
             env.pop(name, None)
     return env
@@ -174,10 +174,12 @@ def test_same_job_new_rank0_on_another_host_takes_over_a_different_job_is_refuse
 
 
 def test_trainer_of_the_job_holding_the_lock_shares_it(tmp_path, monkeypatch):
-    """A launched rank 0 (PTRAIN_JOB_ID from its ptrain) trains under its own job's lock and leaves it."""
+    """A launched rank 0 (PTRAIN_JOB_ID and PTRAIN_LOCK_OWNER from its ptrain) trains under its own job's lock
+    and leaves it."""
     holder = RunLock(str(tmp_path), job="job:mine").acquire()
     try:
         monkeypatch.setenv(JOB_ENV, "job:mine")
+        monkeypatch.setenv(OWNER_ENV, holder.token)
         assert make(tmp_path).fit().status == "completed"
         assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == holder.token
     finally:
@@ -191,7 +193,7 @@ def test_launched_rank_of_the_job_never_refuses_itself(tmp_path):
         (tmp_path / LOCK_NAME).write_text(json.dumps({
             "job": "job:ours", "run": "r", "token": "parent", "pid": sleeper.pid, "host": socket.gethostname(),
             "started": time.time()}))
-        env = ptrain_env(**{JOB_ENV: "job:ours", "PADDLE_TRAINER_ID": "0"})
+        env = ptrain_env(**{JOB_ENV: "job:ours", OWNER_ENV: "parent", "PADDLE_TRAINER_ID": "0"})
         proc = ptrain("run", "digits", "--output_dir", str(tmp_path), "--max_steps", "3", "--save_strategy", "no",
                       "--evaluation_strategy", "no", "--report_to", "jsonl", env=env)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -279,3 +281,127 @@ def test_two_nodes_of_one_job_share_the_lock(tmp_path):
     assert [n.returncode for n in nodes] == [0, 0], [err[-2000:] for _, err in results]
     assert jobs == {f"master:{master}"}
     assert not (out / LOCK_NAME).exists() and (out / "checkpoints" / "step-6").is_dir()
+
+
+# ---- the owner record and its lease (issue 19) ----------------------------------------------
+def _live_record(**changes):
+    from trainer.checkpoint.owner import identity
+
+    record = {"job": "run:other", "run": "r", "token": "t", "started": time.time(), **identity(),
+              "lease": 30.0, "renewed": time.time(), "beat": 0}
+    record.update(changes)
+    return record
+
+
+def test_an_expired_lease_is_stale_even_when_its_pid_lives(tmp_path, caplog):
+    """A record whose lease expired is stale whoever reads it (here: its PID, ours, is alive)."""
+    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(renewed=time.time() - 31)))
+    lock = RunLock(str(tmp_path)).acquire()
+    try:
+        assert lock.held and "its lease of 30 s expired" in caplog.text
+    finally:
+        lock.release()
+
+
+def test_a_reused_pid_or_a_rebooted_host_is_stale_a_live_one_is_refused(tmp_path, caplog):
+    from trainer.checkpoint.owner import identity
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        me = identity()
+        reused = _live_record(pid=sleeper.pid, pid_start=1)  # the PID exists, but started later than recorded
+        (tmp_path / LOCK_NAME).write_text(json.dumps(reused))
+        RunLock(str(tmp_path)).acquire().release()
+        assert "the PID now belongs to another process" in caplog.text
+        (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=sleeper.pid, boot="an-earlier-boot")))
+        RunLock(str(tmp_path)).acquire().release()
+        assert "the host has restarted since" in caplog.text
+        from trainer.checkpoint.owner import pid_start
+
+        (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=sleeper.pid, pid_start=pid_start(sleeper.pid))))
+        with pytest.raises(ConfigError, match=rf"in use by live process {sleeper.pid} on {me['host']}"):
+            RunLock(str(tmp_path)).acquire()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_an_owner_that_cannot_be_checked_is_waited_for_then_taken_over(tmp_path, caplog):
+    """Another PID namespace, no renewal: stale after the rest of its lease (here 1 s), and the log says so."""
+    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=1, pidns="pid:[1]", lease=1.0)))
+    started = time.monotonic()
+    lock = RunLock(str(tmp_path)).acquire()
+    lock.release()
+    assert time.monotonic() - started >= 0.5  # it waited (no upper bound asserted: the machine is noisy)
+    assert "another PID namespace" in caplog.text and "waiting up to" in caplog.text
+    assert "did not renew its lease of 1 s" in caplog.text
+
+
+def test_the_holders_heartbeat_renews_its_lease_off_the_training_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTRAIN_LOCK_LEASE_SECONDS", "1.5")
+    lock = RunLock(str(tmp_path)).acquire()
+    try:
+        first = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert first["lease"] == 1.5 and first["beat"] == 0 and first["pidns"] and first["boot"]
+        deadline = time.time() + 30
+        while json.loads((tmp_path / LOCK_NAME).read_text())["beat"] < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        now = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert now["beat"] >= 2 and now["renewed"] > first["renewed"] and now["token"] == lock.token
+    finally:
+        lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert not [t for t in __import__("threading").enumerate() if t.name == "ptrain-lock-lease"]
+
+
+def test_bad_lease_setting_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTRAIN_LOCK_LEASE_SECONDS", "soon")
+    with pytest.raises(ConfigError, match="PTRAIN_LOCK_LEASE_SECONDS='soon' is not a number of seconds"):
+        RunLock(str(tmp_path)).acquire()
+
+
+def test_temporaries_of_a_live_holder_elsewhere_are_kept_until_its_lease_expires(tmp_path):
+    from trainer.checkpoint.writer import remove_stale_temporaries
+
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    in_flight = root / f".tmp-step-8-{dead.pid}"  # its PID is not alive here: the writer may be elsewhere
+    in_flight.mkdir()
+    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=dead.pid, pidns="pid:[1]")))
+    remove_stale_temporaries(str(root))
+    assert in_flight.is_dir()
+    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=dead.pid, pidns="pid:[1]",
+                                                              renewed=time.time() - 60)))
+    remove_stale_temporaries(str(root))
+    assert not in_flight.exists()
+
+
+def test_a_process_forked_during_a_renewal_does_not_keep_the_guard(tmp_path):
+    """A DataLoader worker forked while the heartbeat thread holds the flock must not hold it for its life."""
+    import fcntl
+
+    lock = RunLock(str(tmp_path)).acquire()
+    ready_r, ready_w = os.pipe()
+    try:
+        with lock._guard():
+            pid = os.fork()
+            if pid == 0:  # the fork hooks have run by now
+                os.write(ready_w, b"1")
+                time.sleep(30)
+                os._exit(0)
+        os.read(ready_r, 1)
+        try:
+            fd = os.open(str(tmp_path), os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while the child kept it
+            finally:
+                os.close(fd)
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
+        lock.release()
