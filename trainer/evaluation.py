@@ -22,6 +22,8 @@ lengths may both differ between ranks::
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 import paddle
@@ -79,6 +81,15 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     count = int(dist.reduce_scalars([count], op="sum")[0])
     total = dist.all_reduce_sum(loss_sum) if has_loss else None
     return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)
+
+
+def speed_metrics(prefix: str, start: float, samples: int, batch_size: int) -> dict:
+    """PaddleNLP's ``{prefix}_runtime``, ``{prefix}_samples_per_second``, ``{prefix}_steps_per_second`` since
+    ``start`` (a ``time.time()``); steps as PaddleNLP counts them: ``ceil(samples / global batch)``."""
+    runtime = max(time.time() - start, 1e-9)
+    steps = math.ceil(samples / max(1, batch_size * dist.get_world_size()))
+    return {f"{prefix}_runtime": round(runtime, 4), f"{prefix}_samples_per_second": round(samples / runtime, 4),
+            f"{prefix}_steps_per_second": round(steps / runtime, 4)}
 
 
 def compute_metrics_of(trainer, out: InferenceOutput, prefix: str) -> dict:

@@ -45,8 +45,8 @@ from .data.batch import batch_size, labels_of
 from .data.batch_errors import label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
-from .errors import ConfigError, DataError, TrainingError
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference
+from .errors import ConfigError, DataError, TrainingError, option
+from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .schedules import build_scheduler
 from .state import TrainerState
@@ -160,7 +160,8 @@ class Trainer(PaddleNLPAPI):
             shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
-                            f"dataloader_drop_last: lower per_device_train_batch_size or set --dataloader_drop_last false")
+                            f"dataloader_drop_last: lower per_device_train_batch_size or set "
+                            f"{option('dataloader_drop_last', False)}")
         dataset = self.train_dataset
         if self.args.dataloader_num_workers > 0:
             # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
@@ -439,7 +440,7 @@ class Trainer(PaddleNLPAPI):
                 raise
             abandon_iterator(batches)
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
-                            "run with --dataloader_num_workers 0 to get that error raised here") from None
+                            f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
@@ -542,10 +543,12 @@ class Trainer(PaddleNLPAPI):
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
+        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
         out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
         metrics = compute_metrics_of(self, out, metric_key_prefix)
         metrics[f"{metric_key_prefix}_samples"] = out.count
+        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
@@ -554,8 +557,11 @@ class Trainer(PaddleNLPAPI):
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
         self.fire(Event.PREDICT_BEGIN)
+        start = time.time()
         out = run_inference(self, dataset, None, None)
-        result = PredictionOutput(out.predictions, out.label_ids, compute_metrics_of(self, out, "test"))
+        metrics = compute_metrics_of(self, out, "test")
+        metrics.update(speed_metrics("test", start, out.count, self.args.per_device_eval_batch_size))
+        result = PredictionOutput(out.predictions, out.label_ids, metrics)
         self.fire(Event.PREDICT_END)
         return result
 

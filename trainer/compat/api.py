@@ -4,7 +4,8 @@ the same machinery, not a second loop):
 
 - ``train(resume_from_checkpoint=None)`` -> :class:`TrainOutput` (global_step,
   training_loss, metrics: train_runtime, train_samples_per_second,
-  train_steps_per_second, train_loss); ``fit()`` plus a summary ``log``;
+  train_steps_per_second, train_loss, progress_or_epoch); ``fit()`` plus a
+  summary ``log``;
   ``resume_from_checkpoint=True`` means the latest checkpoint (``auto``);
 - ``save_model(output_dir=None)``: the ``save_pretrained`` format (model, and
   the tokenizer when given) that ``from_pretrained`` loads; a plain
@@ -101,8 +102,9 @@ class PaddleNLPAPI:
                    "train_steps_per_second": round((self.state.global_step - step0) / runtime, 4),
                    "train_loss": loss}
         s = self.state
-        self.log({"step": s.global_step, "epoch": round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4),
-                  **metrics})
+        epoch = round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4)
+        metrics["progress_or_epoch"] = epoch  # PaddleNLP's log() adds it to the metrics it is given
+        self.log({"step": s.global_step, "epoch": epoch, **metrics})
         for handler in self._compat_handlers():
             handler.train_end(self)
         return TrainOutput(self.state.global_step, loss, metrics)

@@ -8,10 +8,16 @@ how it maps here. Kinds:
 - ``renamed``: carried to the field named in the note;
 - ``default``: same name, a different default here (the conversion carries
   PaddleNLP's value, so a converted run behaves as PaddleNLP's);
-- ``ignored``: has no effect on training here (the note says why); set or
-  not, it is dropped quietly;
-- ``unsupported``: no counterpart (the note says why); a value other than
-  PaddleNLP's default is named in one warning.
+- ``ignored``: accepted, with PaddleNLP's name, type and default
+  (``trainer.compat.paddlenlp_fields``), but has no effect on training here
+  (the note says why); a value other than PaddleNLP's default is named in one
+  warning;
+- ``unsupported``: likewise accepted without an effect, for a feature this
+  project does not have (the note says why); a set value is warned about the
+  same way.
+
+A field of a subclass (``CompressionArguments``' own) that has no counterpart
+here is named in one warning too.
 
 ``docs/how-to/migrate-paddlenlp.md`` shows this table; a test fails when a
 field of the installed paddlenlp is missing from it.
@@ -65,7 +71,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "save_steps": ("same", ""),
     "save_total_limit": ("default", "default 3, the newest 3 of this run (PaddleNLP: None = keep all); the best checkpoint is always kept as well"),
     "save_on_each_node": ("ignored", "rank 0 writes checkpoints; use a shared output_dir on several nodes"),
-    "no_cuda": ("renamed", "device cpu"),
+    "no_cuda": ("same", "true means device cpu"),
     "seed": ("same", ""),
     "bf16": ("renamed", "amp bf16 (bf16 accepted too)"),
     "fp16": ("renamed", "amp fp16 (fp16 accepted too)"),
@@ -91,7 +97,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "recompute": ("unsupported", "use paddle.distributed.fleet.utils.recompute in the model's forward"),
     "scale_loss": ("unsupported", "the fp16 loss scaler starts at 2**15 (callbacks.AMP)"),
     "minimum_eval_times": ("unsupported", "set eval_steps"),
-    "local_rank": ("ignored", "read-only property here, from the launcher"),
+    "local_rank": ("same", "filled from the launcher's environment (PADDLE_RANK_IN_NODE), as in PaddleNLP"),
     "dataloader_drop_last": ("same", ""),
     "eval_steps": ("default", "default 0 = unset (PaddleNLP: None = logging_steps); set it with evaluation_strategy steps"),
     "max_evaluate_steps": ("unsupported", "evaluation covers the whole dataset; pass a smaller eval_dataset"),
@@ -142,16 +148,14 @@ def convert_args(pargs: Any):
             continue
         name, value = f.name, getattr(pargs, f.name)
         kind = FIELDS.get(name, ("unsupported", "not a PaddleNLP TrainingArguments field"))[0]
-        if name == "no_cuda":
-            if value:
-                values["device"] = "cpu"
-            continue
+        if name == "local_rank":
+            continue  # ours reads the launcher's environment itself
         if kind in ("same", "default", "renamed") and name in ours:
             values[name] = _plain(value)
-            continue
-        if kind == "ignored":
-            continue
-        if _is_set(f, value, reference):
+        elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
+            if _is_set(f, value, reference):
+                values[name] = _plain(value)
+        elif _is_set(f, value, reference):
             dropped.append(name)
     # PaddleNLP's device default is gpu even without one: gpu here means "the GPU when there is one"
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
