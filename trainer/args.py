@@ -238,6 +238,11 @@ class TrainingArguments(PaddleNLPFields):
         return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 
     @property
+    def requested_device(self) -> str:
+        """``device`` as the user gave it: ``auto`` when it was resolved here (``device`` then holds the result)."""
+        return "auto" if getattr(self, "_device_was_auto", False) else self.device
+
+    @property
     def train_batch_size(self) -> int:
         return self.per_device_train_batch_size
 

@@ -56,6 +56,7 @@ def normalize_aliases_after(args) -> None:
         args.max_grad_norm = None
     if args.device == "auto":
         args.device = _auto_device()
+        args._device_was_auto = True  # not a field: the device line says "auto", not "asked for"
 
 
 def _reporters(values: Iterable[str]) -> List[str]:

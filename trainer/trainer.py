@@ -97,7 +97,7 @@ class Trainer(PaddleNLPAPI):
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
-        self.device = dist.select_device(self.args.device)
+        self.device = dist.select_device(self.args.requested_device)
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset

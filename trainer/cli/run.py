@@ -65,7 +65,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
     from .. import distributed as dist  # paddle and the loop load here, after the cheap checks
     from ..trainer import Trainer
 
-    dist.select_device(args.device)  # the launcher's card, before the task makes any tensor
+    dist.select_device(args.requested_device)  # the launcher's card, before the task makes any tensor
     run = task.build(options, args)
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,

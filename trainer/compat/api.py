@@ -21,6 +21,7 @@ All of it writes on rank 0 only; every rank may call it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -62,6 +63,10 @@ class PaddleNLPAPI:
     # ---- the door (called from Trainer.__init__) ------------------------------------
     def _compat_init_end(self, paddlenlp_args) -> None:
         from .paddlenlp_callbacks import PaddleNLPCallbacks
+
+        if self.is_main_process:  # PaddleNLP's Trainer makes output_dir at construction; scripts write into it
+            with contextlib.suppress(OSError):  # a path that cannot be made is reported by fit() (trainer.checkpoint)
+                os.makedirs(self.args.output_dir, exist_ok=True)
 
         handler = self.callbacks.get(PaddleNLPCallbacks)
         if handler is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Dict, Tuple
 
 logger = logging.getLogger("trainer")
@@ -204,6 +205,8 @@ def _reference(pargs):
 
 def _is_set(f: dataclasses.Field, value, reference) -> bool:
     """Whether ``value`` differs from the default (so dropping it changes the run)."""
+    if f.name == "logging_dir" and reference is not None and value is not None:  # PaddleNLP's own, time-stamped
+        return os.path.dirname(str(value)) != os.path.dirname(str(reference.logging_dir or ""))
     if reference is not None:
         default = getattr(reference, f.name, None)
     elif f.default is not dataclasses.MISSING:
