@@ -42,7 +42,7 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
                    close_iterator, dataset_length, make_loader)
 from .data import iterable
 from .data.batch import batch_size, labels_of
-from .data.batch_errors import label_error
+from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from .errors import ConfigError, DataError, TrainingError, option
@@ -230,6 +230,9 @@ class Trainer(PaddleNLPAPI):
         if self.loss_fn is not None:
             if labels is None:
                 raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
+            dtype_error = label_dtype_error(self.loss_fn, labels)
+            if dtype_error is not None:
+                raise dtype_error
             try:
                 loss = self.loss_fn(outputs, labels)
             except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
@@ -269,7 +272,14 @@ class Trainer(PaddleNLPAPI):
         _check_loss(loss)
         self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
-        self.state.loss.backward()
+        try:
+            self.state.loss.backward()
+        except (OSError, RuntimeError) as exc:  # a loss inside the model with float class labels: say so in one line
+            error = backward_dtype_error(exc, labels_of(batch, self.args.label_names or ["labels"])
+                                         if isinstance(batch, Mapping) else (batch[-1] if isinstance(batch, (list, tuple)) else None))
+            if error is None:
+                raise
+            raise error from None
         self.fire(Event.BACKWARD_END)
         return loss.detach()
 
