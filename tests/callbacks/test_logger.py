@@ -25,7 +25,8 @@ from callbacks import Rank0Logger
 from trainer import Trainer, TrainingArguments
 
 TRAIN_KEYS = {"step", "epoch", "loss", "learning_rate", "samples_per_second"}
-EVAL_KEYS = {"step", "eval_loss", "eval_accuracy", "eval_samples"}
+EVAL_KEYS = {"step", "eval_loss", "eval_accuracy", "eval_samples", "eval_runtime", "eval_samples_per_second",
+             "eval_steps_per_second"}
 MONITOR_KEYS = {"data_wait_share", "cpu_percent", "rss_mb"}  # GPUUtilizationMonitor, when in the set
 
 

@@ -65,9 +65,14 @@ def _dispatch(ns, extra: List[str], argv: List[str]) -> int:
 
 
 def _cmd_list() -> int:
-    for name in sorted(available_tasks()):
+    names_of: dict = {}  # one line per task: the names that load the same object are aliases
+    for name, ep in sorted(available_tasks().items()):
+        names_of.setdefault(ep.value, []).append(name)
+    for names in sorted(names_of.values(), key=lambda n: min(n, key=len)):
+        name = min(names, key=len)
         task = get_task(name)
-        print(f"{name:<12} {task.description}")
+        aliases = [n for n in sorted(names) if n != name]
+        print(f"{name:<12} {task.description}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
         print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
     return 0
 

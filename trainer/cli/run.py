@@ -67,6 +67,8 @@ def run_here(task, options, args, dry_run: bool) -> int:
 
     dist.select_device(args.requested_device)  # the launcher's card, before the task makes any tensor
     run = task.build(options, args)
+    # ptrain is the script: it trains, evaluates when there is an evaluation set, predicts on a test set
+    args.do_train, args.do_eval, args.do_predict = True, run.eval_dataset is not None, run.test_dataset is not None
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
                       callbacks=run.callbacks)
@@ -84,7 +86,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
             print(f"ptrain: preempted at step {state.global_step}; checkpoint saved: resume with "
                   f"--resume_from_checkpoint auto", file=sys.stderr)
         return code
-    results = {"task": task.name, "status": state.status, "global_step": state.global_step,
+    results = {"task": run.info.get("task", task.name), "status": state.status, "global_step": state.global_step,
                "train_seconds": round(time.time() - start, 2), **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
         final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None

@@ -15,7 +15,8 @@ from helpers import REPO
 from trainer import distributed
 from trainer.cli import console
 
-EVAL_LINE = re.compile(r"^step=\d+ eval_loss=[\d.e-]+ eval_accuracy=[\d.]+ eval_samples=270$")
+EVAL_LINE = re.compile(r"^step=\d+ eval_loss=[\d.e-]+ eval_accuracy=[\d.]+ eval_samples=270 eval_runtime=[\d.e-]+ "
+                       r"eval_samples_per_second=[\d.e+-]+ eval_steps_per_second=[\d.e+-]+$")
 SUMMARY = re.compile(r"^eval_accuracy=[\d.]+ eval_loss=[\d.]+ test_accuracy=[\d.]+ test_loss=[\d.]+$")
 
 
