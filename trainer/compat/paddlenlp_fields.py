@@ -10,10 +10,10 @@ environment, as PaddleNLP does). Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
-``trainer.compat.args_convert.FIELDS``. They never block a resume.
+``trainer.compat.fields_table.FIELDS``. They never block a resume.
 
-Imports only the standard library and ``args_convert`` (itself standard library
-at import time), so ``trainer.args`` can inherit from it without a circle.
+Imports only the standard library and ``fields_table`` (data), so
+``trainer.args`` can inherit from it without an import circle.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 from dataclasses import MISSING as _MISSING, dataclass, field, fields
 from typing import List, Optional
 
-from .args_convert import FIELDS
+from .fields_table import FIELDS
 
 logger = logging.getLogger("trainer")
 
