@@ -227,7 +227,8 @@ class CallbackList:
         """The callbacks per event, in the order they will run."""
         lines = ["callbacks (order, name):"]
         for cb in self._ordered:
-            lines.append(f"  {cb.order:>4}  {type(cb).__name__}")
+            note = getattr(cb, "note", None)
+            lines.append(f"  {cb.order:>4}  {type(cb).__name__}" + (f" ({note()})" if callable(note) else ""))
         lines.append("per event, in run order:")
         for event in Event:
             names = [type(cb).__name__ for cb, _ in self._handlers[event]]

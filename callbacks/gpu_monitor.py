@@ -226,6 +226,16 @@ class GPUUtilizationMonitor(Callback):
         self._reset_window()
 
     # ---- the sampler thread ----------------------------------------------
+    def note(self) -> str:
+        """What it samples, for ``describe_callbacks()`` (a CPU run has no GPU to monitor)."""
+        if self.reader is not None:
+            return f"reader {type(self.reader).__name__}"
+        import paddle
+
+        if str(paddle.device.get_device()).startswith("gpu"):
+            return "GPU utilization and memory via NVML, data-loading wait"
+        return "CPU run: process CPU and memory via psutil, data-loading wait"
+
     def _reset_samples(self) -> None:
         self._sums: Dict[str, float] = {}
         self._counts: Dict[str, int] = {}

@@ -29,7 +29,11 @@ Options:
   evaluation metrics against the step, drawn at the end of ``fit()``).
   Default: ``args.report_to``; ``args.disable_tqdm`` drops the bar.
 - ``print_logs``: also print each record as one line (default: only when there
-  is no bar; evaluation records are always printed).
+  is no bar; evaluation records are always printed, but an evaluation record
+  equal to the last one printed, timings aside, is not printed again: a script's
+  ``trainer.evaluate()`` after ``fit()`` evaluated the same weights at the same step).
+  The bar is drawn only when stderr is a terminal; in CI logs, Slurm or under
+  nohup each logging step prints one line instead of hundreds of redraws.
 
 VisualDL tags: ``eval_<m>`` -> ``eval/<m>``, ``test_<m>`` -> ``test/<m>``,
 hardware and data-loading figures (``gpu*``, ``cpu_*``, ``rss_*``,
@@ -97,6 +101,7 @@ VDL_BATCH_MAX = 1000     # scalars: a longer batch is handed over at once
 # VisualDL's queue holds 10 records by default: a batch longer than that blocked the training thread
 # until the writer thread had written the rest, and a put that waits over 5 s drops the record
 VDL_QUEUE = 4 * VDL_BATCH_MAX
+_TIMINGS = ("_runtime", "_per_second")
 _NOT_CURVES = ("step", "epoch")
 
 
@@ -110,6 +115,7 @@ class Rank0Logger(Callback):
         self._in_fit = False
         self._vdl_pending: list = []   # (tag, value, step) not yet handed to VisualDL
         self._vdl_handed = 0.0         # time.monotonic() of the last hand-over
+        self._last_eval = None  # the last evaluation record printed, without its timings
 
     # ---- configuration ---------------------------------------------------
     def _outputs(self, trainer) -> List[str]:
@@ -144,7 +150,7 @@ class Rank0Logger(Callback):
             self._jsonl = _start_jsonl(os.path.join(out_dir, "metrics.jsonl"), history)
         if "visualdl" in outs:
             self._vdl = self._start_visualdl(os.path.join(out_dir, "visualdl"), history)
-        if "tqdm" in outs:
+        if "tqdm" in outs and _is_terminal(sys.stderr):  # CI logs, Slurm, nohup: one line per log instead
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=trainer.state.max_steps, initial=trainer.state.global_step,
@@ -178,6 +184,11 @@ class Rank0Logger(Callback):
             self._bar.set_postfix(post, refresh=False)  # drawn at the bar's next update: ~2 us instead of ~20
         is_eval = any(k.startswith(("eval_", "test_")) for k in record)
         printing = self.print_logs if self.print_logs is not None else self._bar is None
+        if is_eval:  # evaluate() after fit() on the weights the last step evaluated: the same line, shown once
+            same = {k: v for k, v in record.items() if not k.endswith(_TIMINGS)}
+            if same == self._last_eval:
+                return
+            self._last_eval = same
         if printing or is_eval:
             line = " ".join(f"{k}={_fmt(v)}" for k, v in record.items())
             (self._bar.write if self._bar is not None else print)(line)
@@ -258,6 +269,13 @@ def _start_jsonl(path: str, history: List[dict]):
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return open(path, "a", encoding="utf-8")
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 def _is_number(value) -> bool:

@@ -17,7 +17,12 @@ point down: ``cli`` > ``launch`` > ``checkpoint``, ``deploy``, ``data`` > the
 loop's lower modules; the loop imports no launcher, command or console.
 """
 
+import warnings
 from importlib import import_module
+
+# paddle's import-time notice for building C++ extensions, which nothing here builds (trainer.cli.console.NOISE);
+# filtered before paddle loads when a script imports trainer first
+warnings.filterwarnings("ignore", message="No ccache found")
 
 __version__ = "0.1.0"
 

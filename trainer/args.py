@@ -20,9 +20,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
+from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
 from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
-from .errors import ConfigError
+from .errors import ConfigError, option
 
 AMP_CHOICES = ("off", "fp16", "bf16")
 AMP_LEVELS = ("O1", "O2")
@@ -33,11 +34,15 @@ DEVICES = ("auto", "cpu", "gpu")
 
 
 @dataclass
-class TrainingArguments:
+class TrainingArguments(PaddleNLPFields):
     """The arguments of one run. Every field is documented in ``metadata['help']``.
 
     Bad values raise :class:`trainer.errors.ConfigError` at construction, naming
-    the field, the value and what is allowed.
+    the field, the value and what is allowed. Every field of PaddleNLP's
+    ``TrainingArguments`` exists too, with PaddleNLP's name, type and default
+    (those this project has no option for come from
+    :class:`trainer.compat.paddlenlp_fields.PaddleNLPFields`; setting one that
+    has no effect here is named in a warning).
     """
 
     # where
@@ -117,6 +122,7 @@ class TrainingArguments:
     def __post_init__(self) -> None:
         normalize_aliases_before(self)
         self._coerce_types()
+        apply_paddlenlp_fields(self)
         normalize_aliases_after(self)
         self._validate()
 
@@ -127,7 +133,7 @@ class TrainingArguments:
         for name in positive:
             _check(name, getattr(self, name), getattr(self, name) > 0, "an integer > 0")
         _check("dataloader_num_workers", self.dataloader_num_workers, self.dataloader_num_workers >= 0, "an integer >= 0")
-        _check("learning_rate", self.learning_rate, self.learning_rate > 0, "a number > 0")
+        _check("learning_rate", self.learning_rate, self.learning_rate >= 0, "a number >= 0 (0 trains nothing, as in PaddleNLP)")
         _check("weight_decay", self.weight_decay, self.weight_decay >= 0, "a number >= 0")
         _check("num_train_epochs", self.num_train_epochs, self.num_train_epochs > 0 or self.max_steps > 0,
                "a number > 0 (or set max_steps > 0)")
@@ -161,12 +167,14 @@ class TrainingArguments:
         for reporter in self.report_to:
             _choice("report_to", reporter, REPORTERS)
         if self.evaluation_strategy == "steps" and self.eval_steps == 0:
-            raise ConfigError("eval_steps=0 but evaluation_strategy='steps': set --eval_steps N (N > 0) or another evaluation_strategy")
+            raise ConfigError(f"eval_steps=0 but evaluation_strategy='steps': set {option('eval_steps')} to N > 0 or "
+                              "another evaluation_strategy")
         if self.save_strategy == "steps" and self.save_steps == 0:
-            raise ConfigError("save_steps=0 but save_strategy='steps': set --save_steps N (N > 0) or --save_strategy no")
+            raise ConfigError(f"save_steps=0 but save_strategy='steps': set {option('save_steps')} to N > 0 or "
+                              f"{option('save_strategy', 'no')}")
         validate_best_model(self)
         if not str(self.output_dir).strip():
-            raise ConfigError("output_dir is empty: give a directory, e.g. --output_dir runs/exp1")
+            raise ConfigError(f"output_dir is empty: give a directory, e.g. {option('output_dir', 'runs/exp1')}")
 
     def _coerce_types(self) -> None:
         """Turn strings (from YAML or the command line) into the field's type."""
@@ -186,6 +194,11 @@ class TrainingArguments:
     @classmethod
     def field_names(cls) -> list:
         return [f.name for f in dataclasses.fields(cls)]
+
+    @staticmethod
+    def no_effect_fields() -> list:
+        """PaddleNLP's fields accepted without an effect here (they never block a resume)."""
+        return no_effect_fields()
 
     @classmethod
     def check_keys(cls, values: Mapping[str, Any], source: str = "arguments") -> None:
@@ -226,9 +239,9 @@ class TrainingArguments:
         return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 
     @property
-    def local_rank(self) -> int:
-        """This process's rank on its node; -1 when not launched (as in PaddleNLP)."""
-        return int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("PADDLE_RANK_IN_NODE", "-1")))
+    def requested_device(self) -> str:
+        """``device`` as the user gave it: ``auto`` when it was resolved here (``device`` then holds the result)."""
+        return "auto" if getattr(self, "_device_was_auto", False) else self.device
 
     @property
     def train_batch_size(self) -> int:

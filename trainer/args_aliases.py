@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, List
 
-from .errors import ConfigError
+from .errors import ConfigError, option
 
 REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
 DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
@@ -40,11 +40,11 @@ def normalize_aliases_before(args) -> None:
 
 def normalize_aliases_after(args) -> None:
     if args.fp16 and args.bf16:
-        raise ConfigError("fp16 and bf16 are both set: choose one (or --amp fp16 | bf16)")
+        raise ConfigError(f"fp16 and bf16 are both set: choose one (or {option('amp', 'fp16')} or {option('amp', 'bf16')})")
     for flag in ("fp16", "bf16"):
         if getattr(args, flag):
             if args.amp not in ("off", flag):
-                raise ConfigError(f"{flag}=True but amp={args.amp!r}: set one of them (--amp {flag})")
+                raise ConfigError(f"{flag}=True but amp={args.amp!r}: set one of them ({option('amp', flag)})")
             args.amp = flag
     if args.fp16_opt_level is not None:
         args.fp16_opt_level = args.fp16_opt_level.strip().upper()
@@ -56,6 +56,7 @@ def normalize_aliases_after(args) -> None:
         args.max_grad_norm = None
     if args.device == "auto":
         args.device = _auto_device()
+        args._device_was_auto = True  # not a field: the device line says "auto", not "asked for"
 
 
 def _reporters(values: Iterable[str]) -> List[str]:
@@ -84,10 +85,11 @@ def validate_best_model(args) -> None:
     if not args.load_best_model_at_end:
         return
     if args.evaluation_strategy == "no":
-        raise ConfigError("load_best_model_at_end needs evaluations: set --evaluation_strategy steps or epoch")
+        raise ConfigError(f"load_best_model_at_end needs evaluations: set {option('evaluation_strategy', 'steps')} or "
+                          f"{option('evaluation_strategy', 'epoch')}")
     if args.save_strategy != args.evaluation_strategy:
-        raise ConfigError(f"load_best_model_at_end needs a checkpoint at every evaluation: set --save_strategy "
-                          f"{args.evaluation_strategy} (it is {args.save_strategy})")
+        raise ConfigError(f"load_best_model_at_end needs a checkpoint at every evaluation: set "
+                          f"{option('save_strategy', args.evaluation_strategy)} (it is {args.save_strategy})")
     if args.save_strategy == "steps" and args.eval_steps and args.save_steps % args.eval_steps:
         raise ConfigError(f"load_best_model_at_end needs save_steps ({args.save_steps}) to be a multiple of "
                           f"eval_steps ({args.eval_steps})")

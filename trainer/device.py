@@ -67,7 +67,8 @@ def plan_device(env: Mapping[str, str], compiled_with_cuda: bool, gpu_count: int
                                   "unset it (gloo is used on CPU) or use --device gpu")
             if not backend:
                 extra["PADDLE_DISTRI_BACKEND"] = "gloo"
-        why = "asked for" if requested == "cpu" else "paddle sees no CUDA GPU"
+        why = "device cpu asked for" if requested == "cpu" else (
+            "device auto: paddle is built without CUDA" if not compiled_with_cuda else "device auto: paddle sees no CUDA GPU")
         return DevicePlan("cpu", extra, why)
     selected = (env.get("FLAGS_selected_gpus") or "").strip()
     if selected:

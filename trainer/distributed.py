@@ -23,6 +23,7 @@ import paddle
 import paddle.distributed as dist
 
 from .device import plan_device
+from .tensors import pad_to
 
 # INFO on every rank, also where the CLI keeps other ranks' logs at WARNING: which card each rank uses
 device_logger = logging.getLogger("trainer.device")
@@ -169,13 +170,18 @@ _MAX_DIMS = 8
 _DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool", "uint8", "int8", "int16"]
 
 
-def all_gather_uneven(tensor: Optional[paddle.Tensor]) -> Optional[paddle.Tensor]:
+def all_gather_uneven(tensor: Optional[paddle.Tensor], padding_index: Optional[float] = None) -> Optional[paddle.Tensor]:
     """Concatenate along dim 0 the tensors of all ranks, whose first dims may differ.
 
     Rank r's rows come after rank r-1's. A rank with nothing to give passes
     ``None`` (or a tensor with 0 rows); the result is ``None`` only when every
     rank passed nothing. Shapes and dtypes are exchanged first, then each rank
     pads to the largest and the padding is cut off after the gather.
+
+    With ``padding_index`` the other dimensions may differ too (sequence lengths
+    of token classification): every rank's rows are padded to the longest with
+    ``padding_index``, which stays in the result, as PaddleNLP's
+    ``_pad_across_processes`` does. Without it they must agree.
     """
     if not is_distributed():
         return tensor
@@ -197,26 +203,32 @@ def all_gather_uneven(tensor: Optional[paddle.Tensor]) -> Optional[paddle.Tensor
         return None
     ref = givers[0]
     ndim, dtype = int(ref[1]), _DTYPES[int(ref[2])]
-    trailing = [int(d) for d in ref[4:3 + ndim]]
+    if any(int(m[1]) != ndim for m in givers):
+        raise ValueError(f"ranks give outputs of different ranks {sorted({int(m[1]) for m in givers})}: "
+                         "every rank must give tensors with the same number of dimensions")
+    shapes = [[int(d) for d in m[4:3 + ndim]] for m in givers]
+    if padding_index is None and any(s != shapes[0] for s in shapes):
+        raise ValueError(f"ranks give outputs of shapes {shapes} beyond the first dimension: pass a padding_index")
+    trailing = [max(s[d] for s in shapes) for d in range(ndim - 1)]
     max_rows = int(metas_np[:, 0].max())
+    fill = 0 if padding_index is None else padding_index
     if tensor is None or tensor.shape[0] == 0:
-        local = paddle.zeros([max_rows] + trailing, dtype=dtype)
+        local = paddle.full([max_rows] + trailing, fill, dtype=dtype)
     else:
-        pad = max_rows - tensor.shape[0]
-        local = tensor if pad == 0 else paddle.concat([tensor, paddle.zeros([pad] + trailing, dtype=tensor.dtype)], axis=0)
+        local = pad_to(tensor, [max_rows] + trailing, fill)
     gathered: List[paddle.Tensor] = []
     dist.all_gather(gathered, local)
     parts = [g[: int(m[0])] for g, m in zip(gathered, metas_np) if m[0] > 0]
     return paddle.concat(parts, axis=0)
 
 
-def gather_nested(value: Any) -> Any:
+def gather_nested(value: Any, padding_index: Optional[float] = None) -> Any:
     """``all_gather_uneven`` over a tensor, or a tuple/list/dict of tensors."""
     if isinstance(value, (list, tuple)):
-        return type(value)(gather_nested(v) for v in value)
+        return type(value)(gather_nested(v, padding_index) for v in value)
     if isinstance(value, dict):
-        return {k: gather_nested(v) for k, v in value.items()}
-    return all_gather_uneven(value)
+        return {k: gather_nested(v, padding_index) for k, v in value.items()}
+    return all_gather_uneven(value, padding_index)
 
 
 @contextlib.contextmanager

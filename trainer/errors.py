@@ -2,8 +2,43 @@
 
 User-facing conditions raise one of these (never ``assert``, which vanishes
 under ``python -O``); the message is one line that names the field, file or
-value and says what to do.
+value and says what to do, in the caller's terms: :func:`option` writes a
+setting as a flag (``--resume_from_checkpoint auto``) inside ``ptrain`` and
+its workers, and as a Python keyword (``resume_from_checkpoint="auto"``) for
+a script that calls the Python API::
+
+    >>> option("resume_from_checkpoint", "auto"), option("overwrite_output_dir", True)
+    ('resume_from_checkpoint="auto"', 'overwrite_output_dir=True')
+    >>> with cli_terms():
+    ...     option("resume_from_checkpoint", "auto"), option("overwrite_output_dir", True)
+    ('--resume_from_checkpoint auto', '--overwrite_output_dir true')
 """
+
+import contextlib
+
+_CLI = [False]  # set by the ptrain command (trainer.cli.commands.main) while it runs
+
+
+@contextlib.contextmanager
+def cli_terms():
+    """Within the block, :func:`option` writes command-line flags (``ptrain`` runs its commands in it)."""
+    before = _CLI[0]
+    _CLI[0] = True
+    try:
+        yield
+    finally:
+        _CLI[0] = before
+
+
+def option(name: str, value=None) -> str:
+    """How the caller sets ``name`` (to ``value``): ``--name value`` on the command line, ``name=value`` in Python;
+    without a value, the bare name (``--name`` / ``name``)."""
+    if _CLI[0]:
+        if value is None:
+            return f"--{name}"
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return f"--{name} {text}"
+    return name if value is None else f"{name}={value!r}".replace("'", '"')
 
 
 class TrainerError(Exception):

@@ -2,15 +2,29 @@
 turned into metrics.
 
 Each rank runs :meth:`Trainer.evaluation_step` over its contiguous, unpadded
-shard (``trainer.data.ShardedEvalSampler``); the per-batch predictions and
-labels are joined on the device, gathered across ranks in rank order (which
+shard (``trainer.data.ShardedEvalSampler``); ``preprocess_logits_for_metrics``
+runs on each batch's outputs; the per-batch predictions and labels are joined on
+the device (:func:`join_batches`), gathered across ranks in rank order (which
 restores the dataset order), summed losses reduced, and only then copied to the
 host once. No sample counts twice or is lost on uneven data.
+
+Batches may differ in every non-batch dimension (a collator that pads each batch
+to its own longest sequence gives logits ``[32, 33, 5]`` then ``[32, 35, 5]``):
+each part is padded to the longest with ``padding_index`` (-100, PaddleNLP's and
+Hugging Face's, which their metrics and ``seqeval`` helpers skip) before joining,
+and the gather across ranks pads the same way, so shard lengths and sequence
+lengths may both differ between ranks::
+
+    >>> a, b = paddle.ones([2, 3], "int64"), paddle.zeros([1, 4], "int64")
+    >>> join_batches([a, b]).numpy().tolist()
+    [[1, 1, 1, -100], [1, 1, 1, -100], [0, 0, 0, 0]]
 """
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional
+import math
+import time
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 import paddle
 
@@ -19,7 +33,7 @@ from .compat.outputs import EvalPrediction
 from .data.batch import batch_size
 from .events import Event
 from .metric_keys import flatten_metrics
-from .tensors import to_numpy  # bf16 -> float32: numpy() of bf16 gives raw bits
+from .tensors import PADDING_INDEX, pad_to, to_numpy  # to_numpy: bf16 -> float32 (numpy() of bf16 gives raw bits)
 
 
 class InferenceOutput(NamedTuple):
@@ -60,13 +74,22 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     finally:
         if was_training:
             model.train()
-    local_preds = _concat(all_preds)
-    local_labels = _concat(all_labels) if all_labels else None
-    preds = dist.gather_nested(local_preds)
-    labels = dist.gather_nested(local_labels) if local_labels is not None else None
+    local_preds = join_batches(all_preds)
+    local_labels = join_batches(all_labels) if all_labels else None
+    preds = dist.gather_nested(local_preds, PADDING_INDEX)
+    labels = dist.gather_nested(local_labels, PADDING_INDEX) if local_labels is not None else None
     count = int(dist.reduce_scalars([count], op="sum")[0])
     total = dist.all_reduce_sum(loss_sum) if has_loss else None
     return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)
+
+
+def speed_metrics(prefix: str, start: float, samples: int, batch_size: int) -> dict:
+    """PaddleNLP's ``{prefix}_runtime``, ``{prefix}_samples_per_second``, ``{prefix}_steps_per_second`` since
+    ``start`` (a ``time.time()``); steps as PaddleNLP counts them: ``ceil(samples / global batch)``."""
+    runtime = max(time.time() - start, 1e-9)
+    steps = math.ceil(samples / max(1, batch_size * dist.get_world_size()))
+    return {f"{prefix}_runtime": round(runtime, 4), f"{prefix}_samples_per_second": round(samples / runtime, 4),
+            f"{prefix}_steps_per_second": round(steps / runtime, 4)}
 
 
 def compute_metrics_of(trainer, out: InferenceOutput, prefix: str) -> dict:
@@ -97,13 +120,24 @@ def logits_from_outputs(outputs: Any):
 def _detach(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_detach(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach(v) for k, v in value.items()}
     return value.detach() if isinstance(value, paddle.Tensor) else value
 
 
-def _concat(parts: List[Any]):
+def join_batches(parts: Sequence[Any], padding_index: float = PADDING_INDEX):
+    """Per-batch outputs joined along dim 0: tensors, or tuples/lists/dicts of them (the structure of the first
+    part). Every non-batch dimension is padded to the longest among the parts with ``padding_index``."""
     if not parts:
         return None
     first = parts[0]
+    if isinstance(first, dict):
+        return {k: join_batches([p[k] for p in parts], padding_index) for k in first}
     if isinstance(first, (list, tuple)):
-        return type(first)(_concat([p[i] for p in parts]) for i in range(len(first)))
-    return paddle.concat(parts, axis=0)
+        return type(first)(join_batches([p[i] for p in parts], padding_index) for i in range(len(first)))
+    if first is None:
+        return None
+    parts = [p if p.ndim else p.reshape([1]) for p in parts]  # a scalar per batch: one row each
+    longest = [max(int(p.shape[d]) for p in parts) for d in range(1, parts[0].ndim)]
+    return paddle.concat([pad_to(p, [int(p.shape[0])] + longest, padding_index) for p in parts], axis=0)
+

@@ -9,14 +9,16 @@ produces is a ConfigError listing the keys there are::
 
     >>> metric_key("accuracy", {"eval_loss": 0.3, "eval_accuracy": 0.9})
     'eval_accuracy'
-    >>> flatten_metrics({"f1": {"macro": 0.5, "micro": 0.7}, "acc": 1}, "eval")
-    {'eval_f1_macro': 0.5, 'eval_f1_micro': 0.7, 'eval_acc': 1.0}
+    >>> flatten_metrics({"f1": {"macro": 0.5, "micro": 0.7}, "entities": 21}, "eval")
+    {'eval_f1_macro': 0.5, 'eval_f1_micro': 0.7, 'eval_entities': 21}
 """
 
 from __future__ import annotations
 
 import numbers
 from typing import Any, Mapping
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -31,10 +33,12 @@ def metric_key(name: str, metrics: Mapping[str, Any], prefix: str = "eval", owne
 
 
 def flatten_metrics(values: Any, prefix: str) -> dict:
-    """``compute_metrics``' result as ``{prefix_key[_subkey]: float}``; each key prefixed once.
+    """``compute_metrics``' result as ``{prefix_key[_subkey]: number}``; each key prefixed once.
 
     Nested mappings become ``<key>_<subkey>``; numbers (python, numpy, 0-d or
-    one-element arrays and tensors) become floats; anything else is a
+    one-element arrays and tensors) become Python numbers of their kind, as
+    PaddleNLP's ``denumpify_detensorize`` leaves them: an integer stays an int
+    (21, not 21.0), a bool a bool, a float a float; anything else is a
     ConfigError naming ``compute_metrics`` and the key.
     """
     if not isinstance(values, Mapping):
@@ -55,13 +59,19 @@ def _flat_items(values: Mapping, parent: str):
             yield name, value
 
 
-def _number(key: str, value: Any) -> float:
+def _number(key: str, value: Any):
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
     if isinstance(value, numbers.Number) and not isinstance(value, complex):
         return float(value)
     size = getattr(value, "size", None)
     if callable(size):  # a paddle tensor's size is an attribute in paddle 3; guard older ones
         size = None
     if size == 1 and hasattr(value, "item"):
-        return float(value.item())
+        item = value.item()
+        if isinstance(item, (bool, numbers.Integral, numbers.Real)) and not isinstance(item, complex):
+            return _number(key, item)
     raise ConfigError(f"compute_metrics returned {type(value).__name__} for {key!r}, not a number: "
                       "return numbers (or dicts of numbers) only")

@@ -192,5 +192,5 @@ def build_scheduler(args, total_steps: int, steps_per_epoch: int, peak_lr: float
         gamma=args.lr_gamma,
         step_size=args.lr_step_size * max(1, steps_per_epoch),
         milestones=[m * max(1, steps_per_epoch) for m in args.lr_milestones],
-        lr_scale=peak_lr / args.learning_rate,
+        lr_scale=peak_lr / args.learning_rate if args.learning_rate else 1.0,  # 0: a frozen run
     )

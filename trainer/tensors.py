@@ -1,4 +1,6 @@
-"""Device tensors to host numpy arrays: the one conversion every reader uses.
+"""Device tensors to host numpy arrays, the one conversion every reader uses; and
+tensors padded to a common shape (:func:`pad_to`), which joining and gathering
+outputs of different sequence lengths use.
 
 ``Tensor.numpy()`` of a ``bfloat16`` tensor returns its raw bits as ``uint16``
 (``[-2, 1, 3]`` reads ``[49152, 16256, 16448]``): numpy has no bfloat16. Under
@@ -16,10 +18,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import paddle
+
+PADDING_INDEX = -100  # PaddleNLP's and Hugging Face's nested_concat(..., padding_index=-100)
+
 
 def to_float32_if_low_precision(t: paddle.Tensor, keep_float16: bool = False) -> paddle.Tensor:
     """``t`` cast to float32 when it is bfloat16 (or float16, unless ``keep_float16``), else ``t`` itself."""
@@ -45,3 +50,17 @@ def to_numpy(value: Any, keep_float16: bool = False) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(to_numpy(v, keep_float16) for v in value)
     return value
+
+
+def pad_to(tensor: paddle.Tensor, shape: Sequence[int], padding_index: float = PADDING_INDEX) -> paddle.Tensor:
+    """``tensor`` in the leading corner of a ``shape`` tensor filled with ``padding_index`` (``tensor`` itself when
+    it has that shape already); on the tensor's device, no host copy."""
+    if list(tensor.shape) == [int(n) for n in shape]:
+        return tensor
+    if tensor.ndim != len(shape) or any(int(a) > int(b) for a, b in zip(tensor.shape, shape)):
+        raise ValueError(f"cannot pad outputs of shape {list(tensor.shape)} to {list(shape)}: every batch must give "
+                         "predictions and labels with the same number of dimensions")
+    fill = bool(padding_index) if tensor.dtype == paddle.bool else padding_index
+    out = paddle.full([int(n) for n in shape], fill, dtype=tensor.dtype)
+    out[tuple(slice(0, int(n)) for n in tensor.shape)] = tensor
+    return out

@@ -44,12 +44,12 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
 from .data import iterable
 from .data.loader import killed_workers
 from .data.batch import batch_size, labels_of
-from .data.batch_errors import label_error
+from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, TrainerError, TrainingError, WorkerKilled
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference
+from .errors import ConfigError, DataError, TrainerError, TrainingError, WorkerKilled, option
+from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .schedules import build_scheduler
 from .state import TrainerState
@@ -100,7 +100,7 @@ class Trainer(PaddleNLPAPI):
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
-        self.device = dist.select_device(self.args.device)
+        self.device = dist.select_device(self.args.requested_device)
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset
@@ -167,7 +167,8 @@ class Trainer(PaddleNLPAPI):
             shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
-                            f"dataloader_drop_last: lower per_device_train_batch_size or set --dataloader_drop_last false")
+                            f"dataloader_drop_last: lower per_device_train_batch_size or set "
+                            f"{option('dataloader_drop_last', False)}")
         dataset = self.train_dataset
         if self.args.dataloader_num_workers > 0:
             # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
@@ -236,6 +237,9 @@ class Trainer(PaddleNLPAPI):
         if self.loss_fn is not None:
             if labels is None:
                 raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
+            dtype_error = label_dtype_error(self.loss_fn, labels)
+            if dtype_error is not None:
+                raise dtype_error
             try:
                 loss = self.loss_fn(outputs, labels)
             except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
@@ -275,7 +279,14 @@ class Trainer(PaddleNLPAPI):
         _check_loss(loss)
         self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
-        self.state.loss.backward()
+        try:
+            self.state.loss.backward()
+        except (OSError, RuntimeError) as exc:  # a loss inside the model with float class labels: say so in one line
+            error = backward_dtype_error(exc, labels_of(batch, self.args.label_names or ["labels"])
+                                         if isinstance(batch, Mapping) else (batch[-1] if isinstance(batch, (list, tuple)) else None))
+            if error is None:
+                raise
+            raise error from None
         self.fire(Event.BACKWARD_END)
         return loss.detach()
 
@@ -456,7 +467,7 @@ class Trainer(PaddleNLPAPI):
                                    f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
                                    "from the newest checkpoint", signum) from None
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
-                            "run with --dataloader_num_workers 0 to get that error raised here") from None
+                            f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
@@ -559,10 +570,12 @@ class Trainer(PaddleNLPAPI):
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self.fire(Event.EVAL_BEGIN)
+        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
         out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
         metrics = compute_metrics_of(self, out, metric_key_prefix)
         metrics[f"{metric_key_prefix}_samples"] = out.count
+        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
@@ -571,8 +584,11 @@ class Trainer(PaddleNLPAPI):
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
         self.fire(Event.PREDICT_BEGIN)
+        start = time.time()
         out = run_inference(self, dataset, None, None)
-        result = PredictionOutput(out.predictions, out.label_ids, compute_metrics_of(self, out, "test"))
+        metrics = compute_metrics_of(self, out, "test")
+        metrics.update(speed_metrics("test", start, out.count, self.args.per_device_eval_batch_size))
+        result = PredictionOutput(out.predictions, out.label_ids, metrics)
         self.fire(Event.PREDICT_END)
         return result
 

@@ -106,7 +106,8 @@ def build(options: ResNetOptions, args) -> TaskRun:
     data = build_datasets(options)
     model = build_resnet(options.depth, len(data.class_names), options.zero_init_residual)
     trainable = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
-    info = {"dataset": options.dataset, "depth": options.depth, "image_size": options.image_size,
+    # results.json's "task": the family (resnet50 is its other name); the network is "model"
+    info = {"task": "resnet", "model": f"resnet{options.depth}", "dataset": options.dataset, "depth": options.depth, "image_size": options.image_size,
             "num_classes": len(data.class_names), "train_samples": len(data.train), "eval_samples": len(data.val),
             "test_samples": len(data.test), "parameters": trainable, **data.info}
     if options.pretrained:

@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import paddle
 import pytest
-from helpers import ToyDataset, free_port, launch, make_mlp
+from helpers import REPO, ToyDataset, free_port, launch, make_mlp
 
 import callbacks.logger
 import callbacks.plots
@@ -25,7 +25,8 @@ from callbacks import Rank0Logger
 from trainer import Trainer, TrainingArguments
 
 TRAIN_KEYS = {"step", "epoch", "loss", "learning_rate", "samples_per_second"}
-EVAL_KEYS = {"step", "eval_loss", "eval_accuracy", "eval_samples"}
+EVAL_KEYS = {"step", "eval_loss", "eval_accuracy", "eval_samples", "eval_runtime", "eval_samples_per_second",
+             "eval_steps_per_second"}
 MONITOR_KEYS = {"data_wait_share", "cpu_percent", "rss_mb"}  # GPUUtilizationMonitor, when in the set
 
 
@@ -151,11 +152,35 @@ def test_non_finite_values_are_written_as_null(tmp_path):
     assert "NaN" not in line and "Infinity" not in line
 
 
-def test_progress_bar_shows_loss_lr_and_throughput(tmp_path, capsys):
+def test_progress_bar_shows_loss_lr_and_throughput(tmp_path, capsys, monkeypatch):
+    import callbacks.logger
+
+    monkeypatch.setattr(callbacks.logger, "_is_terminal", lambda stream: True)  # capsys' stderr is no terminal
     make_trainer(tmp_path, report_to=["tqdm"], evaluation_strategy="no").fit()
     err = capsys.readouterr().err
     assert "6/6" in err and "loss=" in err and "lr=" in err and "samples/s=" in err
     assert not os.path.exists(tmp_path / "metrics.jsonl") and not os.path.exists(tmp_path / "visualdl")
+
+
+def test_stderr_not_a_terminal_gets_one_line_per_logging_step_and_no_redraws(tmp_path):
+    """CI logs, Slurm, nohup: a real child process whose stderr is a file."""
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']\n"
+            "import paddle; from helpers import ToyDataset, make_mlp\n"
+            "from trainer import Trainer, TrainingArguments\n"
+            "args = TrainingArguments(output_dir=sys.argv[2], max_steps=6, logging_steps=2, report_to=['tqdm'],\n"
+            "                         evaluation_strategy='steps', eval_steps=6, save_strategy='no')\n"
+            "t = Trainer(make_mlp(), args, train_dataset=ToyDataset(48), eval_dataset=ToyDataset(16),\n"
+            "            loss_fn=paddle.nn.CrossEntropyLoss())\n"
+            "t.fit(); t.evaluate()\n")
+    with open(tmp_path / "err.log", "w") as err, open(tmp_path / "out.log", "w") as out:
+        subprocess.run([sys.executable, "-c", code, REPO, str(tmp_path / "run")], stdout=out, stderr=err, check=True,
+                       timeout=300, cwd=REPO)
+    text = (tmp_path / "out.log").read_text() + (tmp_path / "err.log").read_text()
+    assert "\r" not in text and "it/s" not in text and "step/s" not in text  # no bar redraws
+    steps = [line for line in text.splitlines() if line.startswith("step=") and " loss=" in line]
+    assert [line.split()[0] for line in steps] == ["step=2", "step=4", "step=6"]
+    evals = [line for line in text.splitlines() if "eval_loss=" in line]
+    assert len(evals) == 1, evals  # the final evaluate() on the same weights does not repeat the step-6 line
 
 
 # ---- (d) the PNG ------------------------------------------------------------------------

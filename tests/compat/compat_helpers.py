@@ -61,14 +61,46 @@ OUR_ARGS_IMPORT = ("from paddlenlp.trainer import EarlyStoppingCallback, PdArgum
                    "from trainer import TrainingArguments\n")
 
 
-def script_source(ours: bool, our_arguments: bool = False) -> str:
+def script_source(ours: bool, our_arguments: bool = False, script: str = SCRIPT) -> str:
     """The script; with ``ours`` the Trainer import swapped; with ``our_arguments`` TrainingArguments' too."""
-    with open(SCRIPT, encoding="utf-8") as f:
+    with open(script, encoding="utf-8") as f:
         text = f.read()
-    assert text.count(PADDLENLP_IMPORT) == 1 and text.count(ARGS_IMPORT) == 1
+    assert text.count(PADDLENLP_IMPORT) == 1
     if our_arguments:
+        assert text.count(ARGS_IMPORT) == 1
         text = text.replace(ARGS_IMPORT, OUR_ARGS_IMPORT)
     return text.replace(PADDLENLP_IMPORT, OUR_IMPORT) if ours else text
+
+
+def only_the_import_differs(script: str) -> list:
+    """The lines that differ between the script as written and with our Trainer's import."""
+    import difflib
+
+    theirs, ours = script_source(False, script=script), script_source(True, script=script)
+    return [line for line in difflib.unified_diff(theirs.splitlines(True), ours.splitlines(True), n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def write_tagging_data(path: str, n_train: int = 320, n_dev: int = 45, n_test: int = 37, seed: int = 0) -> str:
+    """jsonl files of characters and BIO tags: neutral characters with one to three spans of one or two
+    sentiment characters (B-POS I-POS, B-NEG I-NEG). Sentences are 3 to 20 characters long, so a collator
+    that pads each batch to its own longest gives batches of different lengths."""
+    rng = np.random.RandomState(seed)
+    os.makedirs(path, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev), ("test", n_test)):
+        with open(os.path.join(path, f"{split}.jsonl"), "w", encoding="utf-8") as f:
+            for _ in range(n):
+                chars, tags = [], []
+                for _ in range(rng.randint(1, 4)):
+                    for c in rng.choice(NEUTRAL, size=rng.randint(1, 5)):
+                        chars.append(str(c))
+                        tags.append("O")
+                    kind = "POS" if rng.randint(2) else "NEG"
+                    for k in range(rng.randint(1, 3)):
+                        chars.append(str(rng.choice(POSITIVE if kind == "POS" else NEGATIVE)))
+                        tags.append(("B-" if k == 0 else "I-") + kind)
+                f.write(json.dumps({"chars": chars[:20], "tags": tags[:20]}, ensure_ascii=False) + "\n")
+    return path
 
 
 def run_script(source: str, argv: list, workdir: str, name: str) -> dict:

@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import paddle
 import pytest
 from helpers import REPO, make_mlp
 
 from trainer import ConfigError, Trainer, TrainingArguments
+from trainer.compat import paddlenlp_fields
 
 GUIDE = os.path.join(REPO, "docs", "how-to", "migrate-paddlenlp.md")
 
@@ -64,15 +66,88 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
                                evaluation_strategy="steps", eval_steps=3, fp16=False, recompute=True,
                                scale_loss=1024, report_to=["visualdl", "wandb"], device="cpu",
                                max_grad_norm=1.0, per_device_train_batch_size=4)
+    paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         trainer = Trainer(make_mlp(), pargs, loss_fn=paddle.nn.CrossEntropyLoss())
     a = trainer.args
     assert isinstance(a, TrainingArguments)
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
     assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
-    warnings = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
-    assert len(warnings) == 1 and "recompute=True" in warnings[0] and "report_to wandb" in warnings[0]
-    assert "scale_loss=1024" in warnings[0] and "hybrid_parallel_topo_order" not in warnings[0]
+    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # kept, with no effect
+    warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
+    assert len(warnings) == 1 and "recompute=True" in warnings[0] and "scale_loss=1024" in warnings[0]
+    assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
+    assert any("report_to wandb" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
+
+
+def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(caplog):
+    """Walk paddlenlp's dataclass: each field reads on ours; a field ours lacks an option for has PaddleNLP's
+    type and default, parses with PdArgumentParser, and set to another value is named once in a warning."""
+    pytest.importorskip("paddlenlp")
+    import typing
+
+    from paddlenlp.trainer import PdArgumentParser
+    from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
+
+    def base(hint):  # Optional[X] -> X: PaddleNLP writes `int = None` where we write Optional[int]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
+
+    def default(f):
+        return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+    theirs, hints_theirs = dataclasses.fields(PaddleNLPArguments), typing.get_type_hints(PaddleNLPArguments)
+    ours_fields, hints_ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}, typing.get_type_hints(TrainingArguments)
+    ours = TrainingArguments(output_dir="x")
+    only_theirs = set(TrainingArguments.no_effect_fields()) | {"no_cuda", "local_rank"}
+    for f in theirs:
+        getattr(ours, f.name)  # no AttributeError
+        if f.name in only_theirs:
+            assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
+            assert default(ours_fields[f.name]) == default(f), f.name
+            assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
+    assert len(only_theirs) >= 49
+    paddlenlp_fields._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
+            ["--output_dir", "o", "--lazy_data_processing", "false", "--logging_dir", "logs", "--recompute", "--no_cuda"])
+        TrainingArguments(lazy_data_processing=False, sharding_degree=2)  # lazy_data_processing: warned already
+    assert (parsed.lazy_data_processing, parsed.logging_dir, parsed.recompute, parsed.device) == (False, "logs", True, "cpu")
+    warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "logging_dir", "recompute"))
+    assert "no_cuda" not in warnings[0]  # it has an effect: device cpu
+    assert "sharding_degree=2" in warnings[1] and "lazy_data_processing" not in warnings[1]
+
+
+def test_learning_rate_zero_is_accepted_and_trains_nothing_under_both_trainers(tmp_path):
+    """PaddleNLP and Hugging Face accept learning_rate 0 (frozen runs, event-flow tests): so do we."""
+    pytest.importorskip("paddlenlp")
+    from paddlenlp.trainer import Trainer as PaddleNLPTrainer
+    from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
+
+    class Linear(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(4, 2)
+
+        def forward(self, x, labels=None):
+            logits = self.fc(x)
+            return logits if labels is None else (paddle.nn.functional.cross_entropy(logits, labels), logits)
+
+    rng = np.random.RandomState(0)
+    data = [{"x": rng.randn(4).astype("float32"), "labels": np.int64(i % 2)} for i in range(32)]
+    assert TrainingArguments(learning_rate=0).learning_rate == 0.0
+    for name, cls in (("paddlenlp", PaddleNLPTrainer), ("ours", Trainer)):
+        paddle.seed(3)
+        model = Linear()
+        before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+        args = PaddleNLPArguments(str(tmp_path / name), learning_rate=0.0, max_steps=3, report_to=[], device="cpu",
+                                  disable_tqdm=True, save_strategy="no", per_device_train_batch_size=8)
+        out = cls(model=model, args=args, train_dataset=data).train()
+        assert out.global_step == 3 and np.isfinite(out.training_loss), name
+        for k, v in model.state_dict().items():
+            np.testing.assert_array_equal(v.numpy(), before[k], err_msg=f"{name}: {k}")
 
 
 def test_a_paddlenlp_arguments_subclass_converts_and_names_its_own_fields(tmp_path, caplog):
@@ -111,8 +186,7 @@ def test_the_migration_table_lists_every_paddlenlp_field():
     assert missing == [], "add these fields to the table in docs/how-to/migrate-paddlenlp.md (python -m trainer.compat.table)"
     ours = set(TrainingArguments.field_names())
     for name, (kind, _) in FIELDS.items():
-        if kind in ("same", "default"):
-            assert name in ours or name == "overwrite_output_dir", f"{name} is listed as {kind} but is not our field"
+        assert name in ours, f"{name} is in the table but is not our field"
 
 
 def test_importing_the_project_does_not_import_paddlenlp():

@@ -213,3 +213,29 @@ def test_paddlenlp_early_stopping_stops_both_trainers_at_the_same_step(tmp_path)
         streams[name] = recorder.events
     assert steps["paddlenlp"] == steps["ours"] == 12  # evaluations at 4 (best), 8, 12: no improvement twice
     assert streams["ours"] == streams["paddlenlp"]
+
+
+class StateRecorder(TrainerCallback):
+    """Records (hook, global_step, epoch) at every hook: the state a PaddleNLP callback reads there."""
+
+    def __init__(self):
+        self.seen = []
+        for hook in HOOKS + EXTRA_HOOKS:
+            setattr(self, hook, self._make(hook))
+
+    def _make(self, hook):
+        def record(args, state, control, **kwargs):
+            self.seen.append((hook, state.global_step, round(float(state.epoch or 0), 4)))
+        return record
+
+
+@pytest.mark.parametrize("kwargs", [{"logging_steps": 5}, {"gradient_accumulation_steps": 2, "logging_steps": 3}])
+def test_hook_time_state_matches_paddlenlp(kwargs, tmp_path):
+    """global_step and epoch at each hook, on_optimizer_begin/_end included, as under PaddleNLP's Trainer."""
+    seen = {}
+    for name, cls in (("paddlenlp", PaddleNLPTrainer), ("ours", Trainer)):
+        recorder = StateRecorder()
+        make(cls, tmp_path / name, [recorder], num_train_epochs=2, **kwargs).train()
+        seen[name] = recorder.seen
+        assert ("on_optimizer_end", 0, 0.0) in seen[name]  # the first step: 0 until the hook has run
+    assert seen["ours"] == seen["paddlenlp"]

@@ -13,8 +13,7 @@ def test_defaults_are_the_documented_ones():
 
 
 @pytest.mark.parametrize("field,value,needle", [
-    ("learning_rate", -1.0, "learning_rate=-1.0 is not allowed: learning_rate must be a number > 0"),
-    ("learning_rate", 0, "learning_rate=0.0 is not allowed"),
+    ("learning_rate", -1.0, "learning_rate=-1.0 is not allowed: learning_rate must be a number >= 0"),
     ("per_device_train_batch_size", 0, "per_device_train_batch_size=0 is not allowed: per_device_train_batch_size must be an integer > 0"),
     ("per_device_eval_batch_size", -2, "per_device_eval_batch_size=-2"),
     ("gradient_accumulation_steps", 0, "gradient_accumulation_steps=0 is not allowed"),

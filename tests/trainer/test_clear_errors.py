@@ -142,6 +142,40 @@ def test_label_out_of_range_names_the_sample(tmp_path, label):
         fit(tmp_path, Samples(label_at=5, label=label), per_device_train_batch_size=16, max_steps=1)
 
 
+class FloatLabels(paddle.io.Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return {"x": np.full(8, 0.1 * i, "float32"), "labels": np.float32(i % 2)}
+
+
+class LossInside(paddle.nn.Layer):
+    """A model that computes its classification loss itself (as paddlenlp's heads do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 2)
+
+    def forward(self, x, labels=None):
+        logits = self.fc(x)
+        return (paddle.nn.functional.cross_entropy(logits, labels), logits) if labels is not None else logits
+
+
+def test_float_labels_for_a_classification_loss_name_the_dtype_and_the_fix(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no",
+                             evaluation_strategy="no")
+    with pytest.raises(DataError, match=r"^labels are float32 but CrossEntropyLoss takes class indices of dtype int64: "
+                                        r"give int64 labels .*soft_label=True"):
+        Trainer(make_mlp(), args, train_dataset=Samples(), loss_fn=paddle.nn.CrossEntropyLoss(),
+                collate_fn=lambda b: (paddle.to_tensor(np.stack([x for x, _ in b])),
+                                      paddle.to_tensor(np.array([y for _, y in b], "float32")))).fit()
+    with pytest.raises(DataError, match=r"^backward failed: CrossEntropyWithSoftmaxGradCPUKernel has no float32 "
+                                        r"version; the labels are float32: a classification loss needs int64") as err:
+        Trainer(LossInside(), args, train_dataset=FloatLabels()).fit()
+    assert "\n" not in str(err.value)
+
+
 def test_mismatched_shapes_name_the_sample_and_field(tmp_path):
     with pytest.raises(DataError, match=r"cannot be collated .*field 0 of sample 3 has shape \[9\], of sample \d+ \[8\]"):
         fit(tmp_path, Samples(wide_at=3), per_device_train_batch_size=16, max_steps=1)

@@ -26,7 +26,7 @@ import os
 import shutil
 from typing import Iterator, Optional
 
-from ..errors import ConfigError
+from ..errors import ConfigError, option
 from .lock import RunLock, hold_for_command, job_key
 from .manifest import checkpoint_run_id, checkpoints_dir
 from .store import list_checkpoints
@@ -78,8 +78,8 @@ def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: 
     if not overwrite:
         newest = os.path.basename(others[0])
         raise ConfigError(f"output_dir {output_dir} holds checkpoints of an earlier run (newest {newest}): continue "
-                          "it with --resume_from_checkpoint auto, start afresh with --overwrite_output_dir true, or "
-                          "use another --output_dir")
+                          f"it with {option('resume_from_checkpoint', 'auto')}, start afresh with "
+                          f"{option('overwrite_output_dir', True)}, or use another {option('output_dir')}")
     aside = os.path.join(output_dir, OVERWRITTEN + (run_id or str(os.getpid())))
     try:
         os.rename(root, aside)

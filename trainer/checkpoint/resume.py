@@ -183,9 +183,10 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
     saved, state = meta["args"], meta["state"]
     where = f"checkpoint {path}"
     now = args.to_dict()
+    free = MAY_CHANGE | set(args.no_effect_fields()) | {"local_rank", "no_cuda"}  # PaddleNLP's fields: no effect here
     # 1. plain fields: equal, unless listed as free to change
     for name in sorted(now):
-        if name in MAY_CHANGE or name in LENGTH_FIELDS or name in BATCH_FIELDS or name not in saved:
+        if name in free or name in LENGTH_FIELDS or name in BATCH_FIELDS or name not in saved:
             continue
         old, new = saved[name], now[name]
         if _same(old, new):

@@ -23,7 +23,7 @@ from typing import Optional
 import paddle
 from safetensors.numpy import save_file as np_save_file
 
-from ..errors import TrainingError
+from ..errors import TrainingError, option
 from .lock import holder
 from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
@@ -108,7 +108,8 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
         where = exc.filename or final
         why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
-                            "kept: free space or fix the permissions, then resume with --resume_from_checkpoint auto") from exc
+                            f"kept: free space or fix the permissions, then resume with "
+                            f"{option('resume_from_checkpoint', 'auto')}") from exc
     return final
 
 

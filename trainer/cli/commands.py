@@ -7,7 +7,7 @@ import os
 import sys
 from typing import List, Optional
 
-from ..errors import ConfigError, DataError, TrainerError
+from ..errors import ConfigError, DataError, TrainerError, cli_terms
 from ..launch.flags import check_launch_flags, wants_launch
 from ..launch.restarts import launch_with_restarts
 from ..process import install_startup_handlers, record_failure
@@ -26,35 +26,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     configure(verbose=getattr(ns, "verbose", False), main_process=os.environ.get("PADDLE_TRAINER_ID", "0") == "0")
     debug = getattr(ns, "debug", False)
     try:
-        if ns.command == "list":
-            return _cmd_list()
-        if ns.command == "visualdl":
-            from .visualdl_serve import main as visualdl_main
-
-            return visualdl_main(extra)
-        if ns.command == "inspect":
-            return _cmd_inspect(ns.checkpoint)
-        if ns.command == "verify-resume":
-            from .verify_resume import main as verify_resume_main
-
-            if ns.steps < 1:
-                raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
-            return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
-        if ns.command == "launch":
-            if extra:
-                raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
-            return _cmd_launch(ns)
-        if ns.command == "serve":
-            if extra:
-                raise ConfigError(f"unexpected arguments {extra}: ptrain serve MODEL_DIR [--port N ...]")
-            from .serve import cmd_serve
-
-            return cmd_serve(ns)
-        if ns.command == "predict":
-            if extra:
-                raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
-            return _cmd_predict(ns.task, ns.model, ns.inputs)
-        return _cmd_run(ns, extra, argv)
+        with cli_terms():  # errors advise flags, not Python keywords
+            return _dispatch(ns, extra, argv)
     except TrainerError as exc:
         if debug:
             raise
@@ -67,10 +40,47 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
 
 
+def _dispatch(ns, extra: List[str], argv: List[str]) -> int:
+    if ns.command == "list":
+        return _cmd_list()
+    if ns.command == "visualdl":
+        from .visualdl_serve import main as visualdl_main
+
+        return visualdl_main(extra)
+    if ns.command == "inspect":
+        return _cmd_inspect(ns.checkpoint)
+    if ns.command == "verify-resume":
+        from .verify_resume import main as verify_resume_main
+
+        if ns.steps < 1:
+            raise ConfigError(f"--steps={ns.steps} is not allowed: give 1 or more steps")
+        return verify_resume_main(ns.task, ns.recipe, extra, ns.steps, ns.workdir)
+    if ns.command == "launch":
+        if extra:
+            raise ConfigError(f"unexpected arguments {extra}: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+        return _cmd_launch(ns)
+    if ns.command == "serve":
+        if extra:
+            raise ConfigError(f"unexpected arguments {extra}: ptrain serve MODEL_DIR [--port N ...]")
+        from .serve import cmd_serve
+
+        return cmd_serve(ns)
+    if ns.command == "predict":
+        if extra:
+            raise ConfigError(f"unexpected arguments {extra}: ptrain predict TASK --model DIR INPUT...")
+        return _cmd_predict(ns.task, ns.model, ns.inputs)
+    return _cmd_run(ns, extra, argv)
+
+
 def _cmd_list() -> int:
-    for name in sorted(available_tasks()):
+    names_of: dict = {}  # one line per task: the names that load the same object are aliases
+    for name, ep in sorted(available_tasks().items()):
+        names_of.setdefault(ep.value, []).append(name)
+    for names in sorted(names_of.values(), key=lambda n: min(n, key=len)):
+        name = min(names, key=len)
         task = get_task(name)
-        print(f"{name:<12} {task.description}")
+        aliases = [n for n in sorted(names) if n != name]
+        print(f"{name:<12} {task.description}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
         print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
     return 0
 

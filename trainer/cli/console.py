@@ -17,7 +17,9 @@ that say something true about the run, and the closing summary:
   by setting ``GLOG_minloglevel=2`` before paddle loads, unless the variable is
   already set;
 * under ``paddle.distributed.launch`` the launcher's own INFO lines (its
-  configuration dump) are hidden (``PADDLE_LOG_LEVEL=WARNING``) and the
+  configuration dump) are hidden (``--log_level WARNING`` on its command line,
+  ``trainer.launch.restarts``; not ``PADDLE_LOG_LEVEL``, which the launcher
+  answers with "LAUNCH WARNING args log_level will be overridden") and the
   "Modified FLAGS detected" banner of ``init_parallel_env`` is logged at DEBUG
   (``trainer.distributed.stderr_to_debug``).
 
@@ -84,7 +86,6 @@ def child_environment(verbose: bool) -> None:
     if verbose:
         return
     os.environ.setdefault("GLOG_minloglevel", "2")     # glog: ERROR and FATAL only (read when paddle loads)
-    os.environ.setdefault("PADDLE_LOG_LEVEL", "WARNING")  # paddle.distributed.launch: no configuration dump
     # the launcher process imports paddle too; PYTHONWARNINGS is comma-separated: each start up to its first comma
     quiet = ",".join(f"ignore:{start.split(',')[0]}" for start, _ in NOISE)
     current = os.environ.get("PYTHONWARNINGS")
@@ -108,6 +109,8 @@ def configure(verbose: bool = False, main_process: bool = True) -> None:
     for name in OWN_LOGGERS:
         logging.getLogger(name).setLevel(own if main_process else logging.WARNING)
     warnings.showwarning = _show_warning
-    if not verbose:
+    if verbose:  # importing trainer filtered paddle's ccache notice (trainer/__init__.py): --verbose shows it
+        warnings.filterwarnings("default", message=re.escape(NOISE[0][0]))
+    else:
         for start, _ in NOISE:
             warnings.filterwarnings("ignore", message=re.escape(start))

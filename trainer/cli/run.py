@@ -65,9 +65,15 @@ def run_here(task, options, args, dry_run: bool) -> int:
     from .. import distributed as dist  # paddle and the loop load here, after the cheap checks
     from ..trainer import Trainer
 
-    dist.select_device(args.device)  # the launcher's card, before the task makes any tensor
+    dist.select_device(args.requested_device)  # the launcher's card, before the task makes any tensor
     # a dry run builds no data when the task can leave it out (trainer.task: Task.dry_build)
     run = (task.dry_build if dry_run and task.dry_build is not None else task.build)(options, args)
+    # ptrain is the script: it trains, evaluates when there is an evaluation set, predicts on a test set
+    # (a dry run of a task that leaves its data out says what the arguments ask for instead)
+    dry = dry_run and task.dry_build is not None
+    args.do_train = True
+    args.do_eval = run.eval_dataset is not None or (dry and args.evaluation_strategy != "no")
+    args.do_predict = run.test_dataset is not None
     trainer = Trainer(run.model, args, train_dataset=run.train_dataset, eval_dataset=run.eval_dataset,
                       loss_fn=run.loss_fn, collate_fn=run.collate_fn, compute_metrics=run.compute_metrics,
                       callbacks=run.callbacks)
@@ -85,7 +91,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
         if dist.is_main_process():
             print(preempted_line(args, state), file=sys.stderr)
         return state.exit_code
-    results = {"task": task.name, "status": state.status, "global_step": state.global_step,
+    results = {"task": run.info.get("task", task.name), "status": state.status, "global_step": state.global_step,
                "train_seconds": round(time.time() - start, 2), **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
         final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None

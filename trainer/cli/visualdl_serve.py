@@ -58,9 +58,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         return app
 
     vdl.create_app = create_app_with_fallback  # visualdl's _run looks it up at call time
+    _stop_on_signals()
     sys.argv = ["visualdl", *(sys.argv[1:] if argv is None else argv)]
     vdl.main()
     return 0
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM / SIGINT stop the server with one line that says so (not the trainer's "outside training")."""
+    import signal
+
+    from ..process import exit_now, startup_handlers_active
+
+    startup_handlers_active(False)
+
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        exit_now(128 + signum, f"ptrain visualdl: stopped by {name}, server closed (exit {128 + signum})")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 place where their names are translated into this project's.
 
 - ``door``: ``Trainer(...)``'s PaddleNLP keywords and objects, at construction;
-- ``args_convert``: paddlenlp ``TrainingArguments`` -> ours, and the migration
-  table (``FIELDS``; ``python -m trainer.compat.table`` prints it as Markdown);
+- ``args_convert``: paddlenlp ``TrainingArguments`` -> ours; ``fields_table``: the
+  migration table (``FIELDS``; ``python -m trainer.compat.table`` prints it as Markdown);
+- ``paddlenlp_fields``: PaddleNLP's fields without an option here, with PaddleNLP's
+  names, types and defaults (a dataclass base of ``trainer.TrainingArguments``);
 - ``outputs``: ``TrainOutput``, ``PredictionOutput``, ``EvalPrediction``
   (named tuples);
 - ``api``: ``train``, ``save_model``, ``log_metrics``, ``save_metrics``,

@@ -4,7 +4,8 @@ the same machinery, not a second loop):
 
 - ``train(resume_from_checkpoint=None)`` -> :class:`TrainOutput` (global_step,
   training_loss, metrics: train_runtime, train_samples_per_second,
-  train_steps_per_second, train_loss); ``fit()`` plus a summary ``log``;
+  train_steps_per_second, train_loss, progress_or_epoch); ``fit()`` plus a
+  summary ``log``;
   ``resume_from_checkpoint=True`` means the latest checkpoint (``auto``);
 - ``save_model(output_dir=None)``: the ``save_pretrained`` format (model, and
   the tokenizer when given) that ``from_pretrained`` loads; a plain
@@ -20,6 +21,7 @@ All of it writes on rank 0 only; every rank may call it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -62,6 +64,10 @@ class PaddleNLPAPI:
     def _compat_init_end(self, paddlenlp_args) -> None:
         from .paddlenlp_callbacks import PaddleNLPCallbacks
 
+        if self.is_main_process:  # PaddleNLP's Trainer makes output_dir at construction; scripts write into it
+            with contextlib.suppress(OSError):  # a path that cannot be made is reported by fit() (trainer.checkpoint)
+                os.makedirs(self.args.output_dir, exist_ok=True)
+
         handler = self.callbacks.get(PaddleNLPCallbacks)
         if handler is not None:
             handler.paddlenlp_args = paddlenlp_args
@@ -101,8 +107,9 @@ class PaddleNLPAPI:
                    "train_steps_per_second": round((self.state.global_step - step0) / runtime, 4),
                    "train_loss": loss}
         s = self.state
-        self.log({"step": s.global_step, "epoch": round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4),
-                  **metrics})
+        epoch = round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4)
+        metrics["progress_or_epoch"] = epoch  # PaddleNLP's log() adds it to the metrics it is given
+        self.log({"step": s.global_step, "epoch": epoch, **metrics})
         for handler in self._compat_handlers():
             handler.train_end(self)
         return TrainOutput(self.state.global_step, loss, metrics)

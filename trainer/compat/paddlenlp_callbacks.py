@@ -9,7 +9,11 @@ and calls each hook with ``(args, state, control, **kwargs)``:
 - ``state``: a paddlenlp ``TrainerState`` (global_step, float epoch,
   max_steps, num_train_epochs, log_history, best_metric,
   best_model_checkpoint, is_world_process_zero, is_local_process_zero),
-  refreshed from ``trainer.state`` before every hook;
+  refreshed from ``trainer.state`` before every hook, with PaddleNLP's values
+  at that hook: at ``on_optimizer_end`` ``global_step`` is the count before
+  this step (PaddleNLP increments after the hook; this trainer before
+  ``optimizer_step_end``, which its own callbacks rely on, so the view is
+  shifted rather than the event contract);
 - ``control``: a paddlenlp ``TrainerControl`` that mirrors the trainer's flags
   (``should_log``, ``should_evaluate``, ``should_save``,
   ``should_training_stop`` = ``state.should_stop``); what a hook sets (or the
@@ -95,13 +99,13 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self.callbacks.append(cb)
 
     # ---- the PaddleNLP view of the trainer ---------------------------------------
-    def _objects(self, trainer):
+    def _objects(self, trainer, steps_done: int = 0):
         from paddlenlp.trainer.trainer_callback import TrainerControl, TrainerState
 
         if self._pstate is None:
             self._pstate, self._control = TrainerState(), TrainerControl()
         s, p = trainer.state, self._pstate
-        p.global_step, p.max_steps, p.num_train_epochs = s.global_step, s.max_steps, s.num_train_epochs
+        p.global_step, p.max_steps, p.num_train_epochs = s.global_step - steps_done, s.max_steps, s.num_train_epochs
         p.epoch = s.epoch + (s.step_in_epoch / s.steps_per_epoch if s.steps_per_epoch else 0.0)
         p.log_history = list(s.log_history)
         p.best_metric, p.best_model_checkpoint = s.best_metric, s.best_checkpoint
@@ -112,9 +116,11 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         args = self.paddlenlp_args if self.paddlenlp_args is not None else _ArgsView(trainer.args)
         return args, p, self._control
 
-    def call(self, trainer, event: str, **kwargs) -> None:
-        """Call ``event`` on every PaddleNLP callback, then write the control flags back."""
-        args, pstate, control = self._objects(trainer)
+    def call(self, trainer, event: str, steps_done: int = 0, **kwargs) -> None:
+        """Call ``event`` on every PaddleNLP callback, then write the control flags back.
+
+        ``steps_done``: optimizer steps this trainer has already counted that PaddleNLP's has not at this hook."""
+        args, pstate, control = self._objects(trainer, steps_done)
         if event == "on_log":
             pstate.log_history.append({**kwargs["logs"], "step": trainer.state.global_step})
         if event == "on_evaluate" and self._best_before_eval is not None:
@@ -157,7 +163,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self.call(trainer, "on_optimizer_begin", scaler=trainer.grad_scaler)
 
     def on_optimizer_step_end(self, trainer):
-        self.call(trainer, "on_optimizer_end", scaler=trainer.grad_scaler)
+        # our global_step counts the step before optimizer_step_end; PaddleNLP's after on_optimizer_end
+        self.call(trainer, "on_optimizer_end", steps_done=1, scaler=trainer.grad_scaler)
 
     def on_step_end(self, trainer):
         self.call(trainer, "on_step_end")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from .args_convert import FIELDS
+from .fields_table import FIELDS
 
 KIND_WORDS = {"same": "same", "default": "different default", "renamed": "renamed",
-              "ignored": "accepted, no effect", "unsupported": "not supported"}
+              "ignored": "accepted, **no effect** (a set value warns)",
+              "unsupported": "accepted, **no effect**: not supported (a set value warns)"}
 
 
 def markdown() -> str:

@@ -122,3 +122,34 @@ def label_error(outputs, labels, indices: Optional[Sequence[int]]) -> Optional[D
     more = f" ({len(bad)} labels in this batch are out of range)" if len(bad) > 1 else ""
     return DataError(f"label {value} of {which} (field labels) is outside the model's {classes} classes "
                      f"[0, {classes - 1}]{more}: fix the labels or the model's number of classes")
+
+
+_CLASS_LOSSES = ("CrossEntropyLoss", "NLLLoss")
+
+
+def label_dtype_error(loss_fn, labels) -> Optional[DataError]:
+    """A DataError when class-index labels have a float dtype for a classification loss (paddle would fail only in
+    backward, with ``CrossEntropyWithSoftmaxGradCPUKernel is not implemented for data type float32``); else None.
+    Reads the dtype only (no host copy)."""
+    name = type(loss_fn).__name__
+    if name not in _CLASS_LOSSES or getattr(loss_fn, "soft_label", False):
+        return None
+    dtype = str(getattr(labels, "dtype", "")).replace("paddle.", "")
+    if not dtype.startswith(("float", "bfloat")):
+        return None
+    return DataError(f"labels are {dtype} but {name} takes class indices of dtype int64: give int64 labels (e.g. "
+                     "np.int64(label) in the dataset, or labels.astype('int64') in the collate_fn), or "
+                     f"{name}(soft_label=True) for probabilities")
+
+
+def backward_dtype_error(exc: BaseException, labels) -> Optional[DataError]:
+    """For a loss computed inside the model: paddle's 'is not implemented for data type' from a backward kernel,
+    as one line naming the labels' dtype; None for any other error."""
+    text = str(exc)
+    if "is not implemented for data type" not in text or "Grad" not in text:
+        return None
+    kernel = text.split('"')[1] if text.count('"') >= 2 else "a gradient kernel"
+    dtype = str(getattr(labels, "dtype", "unknown")).replace("paddle.", "")
+    return DataError(f"backward failed: {kernel} has no {text.split('data type')[1].split()[0].strip('`')} version; "
+                     f"the labels are {dtype}: a classification loss needs int64 class indices "
+                     "(e.g. np.int64(label) in the dataset, or labels.astype('int64') in the collate_fn)")

@@ -53,6 +53,10 @@ def launch_command(ns, target: List[str], log_dir: str, internal_restarts: int =
     else:
         cmd = [sys.executable, "-m", "paddle.distributed.launch"]
     cmd += ["--log_dir", log_dir]
+    if not getattr(ns, "verbose", False) and "PADDLE_LOG_LEVEL" not in os.environ:
+        # no configuration dump; a flag, not PADDLE_LOG_LEVEL, which the launcher echoes as "LAUNCH WARNING args
+        # log_level will be overridden by env" on every start
+        cmd += ["--log_level", "WARNING"]
     for flag, value in (("--nproc_per_node", ns.nproc), ("--devices", ns.gpus), ("--ips", ns.ips),
                         ("--nnodes", ns.nnodes), ("--master", ns.master), ("--rank", ns.rank),
                         ("--job_id", ns.job_id), ("--elastic_timeout", ns.elastic_timeout)):

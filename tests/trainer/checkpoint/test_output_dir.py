@@ -11,6 +11,7 @@ import pytest
 from helpers import REPO, ToyDataset, make_mlp
 
 from trainer import ConfigError, Trainer, TrainingArguments
+from trainer.errors import cli_terms
 from trainer.checkpoint.manifest import checkpoint_run_id
 from trainer.checkpoint.store import resolve
 from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME
@@ -33,9 +34,13 @@ def steps(out):
 def test_fresh_run_into_an_earlier_runs_checkpoints_is_refused(tmp_path):
     run(tmp_path)
     assert steps(tmp_path) == [2, 4]
+    # a Python caller is told the keywords to pass; ptrain (cli_terms) the flags
     with pytest.raises(ConfigError, match=rf"output_dir {tmp_path} holds checkpoints of an earlier run \(newest "
-                                          r"step-4\): continue it with --resume_from_checkpoint auto, start afresh "
-                                          r"with --overwrite_output_dir true"):
+                                          r'step-4\): continue it with resume_from_checkpoint="auto", start afresh '
+                                          r"with overwrite_output_dir=True, or use another output_dir$"):
+        run(tmp_path, max_steps=2)
+    with cli_terms(), pytest.raises(ConfigError, match=r"continue it with --resume_from_checkpoint auto, start afresh "
+                                                       r"with --overwrite_output_dir true, or use another --output_dir$"):
         run(tmp_path, max_steps=2)
     assert steps(tmp_path) == [2, 4] and not (tmp_path / LOCK_NAME).exists()
 

@@ -51,6 +51,11 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
         assert get(base + "/app/index", "zh-CN,zh;q=0.9")[0] == 200
         status, body = get(base + "/app/api/scalar/tags")
         assert status == 200 and "train/loss" in body
+        server.terminate()  # SIGTERM, as a user's kill or a supervisor stops it
+        output = server.communicate(timeout=60)[0]
+        assert server.returncode == 143, output[-2000:]
+        assert output.strip().splitlines()[-1] == "ptrain visualdl: stopped by SIGTERM, server closed (exit 143)"
+        assert "outside training" not in output
     finally:
         server.terminate()
         try:
