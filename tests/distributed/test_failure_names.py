@@ -88,7 +88,7 @@ def test_kill_9_of_rank_0_during_saves_is_reported_as_137(tmp_path):
             assert proc.poll() is None and time.time() < deadline, "no checkpoint was saved"
             time.sleep(0.05)
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                 if "worker_entry" in " ".join(p.cmdline()) and p.environ().get("PADDLE_TRAINER_ID") == "0"]
+                 if "launch_entry" in " ".join(p.cmdline()) and p.environ().get("PADDLE_TRAINER_ID") == "0"]
         ranks[0].send_signal(signal.SIGKILL)
         text, _ = proc.communicate(timeout=120)
     finally:
