@@ -222,6 +222,18 @@ def test_cli_errors_name_the_flag(tmp_path):
     assert r.returncode == 2 and "--max_batch_size 0" in r.stderr
 
 
+def test_a_model_that_cannot_load_exits_3_with_the_line(digits_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(digits_dir[0], broken)
+    (broken / "model.pdiparams").write_bytes(b"not parameters")
+    r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", str(broken), "--port", "0"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "the predictor process could not load the model:" in r.stderr and "ready on" not in r.stdout
+
+
 # ---- load, lifetime ------------------------------------------------------------------------------
 def test_a_full_queue_answers_503_with_retry_after(slow_dir):
     server = Server(slow_dir, "--max_batch_size", "1", "--max_queue", "2", "--max_delay_ms", "0")
