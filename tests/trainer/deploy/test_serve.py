@@ -222,6 +222,18 @@ def test_cli_errors_name_the_flag(tmp_path):
     assert r.returncode == 2 and "--max_batch_size 0" in r.stderr
 
 
+def test_a_port_in_use_is_exit_2_naming_it(digits_dir):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", digits_dir[0], "--port", str(port)],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and f"--port {port}: cannot listen there (Address already in use)" in r.stderr
+
+
 def test_a_model_that_cannot_load_exits_3_with_the_line(digits_dir, tmp_path):
     import shutil
 
