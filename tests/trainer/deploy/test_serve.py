@@ -74,14 +74,18 @@ class Server:
         threading.Thread(target=self._read_err, daemon=True).start()
         deadline = time.monotonic() + timeout
         line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            m = READY.search(line)
-            if m:
-                self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
-                return
+        try:
+            while time.monotonic() < deadline:
+                line = self.proc.stdout.readline()
+                if not line and self.proc.poll() is not None:
+                    break
+                m = READY.search(line)
+                if m:
+                    self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
+                    return
+        except BaseException:
+            self.stop(sig=signal.SIGKILL)  # never leave a server behind, whatever failed here
+            raise
         self.stop()
         raise AssertionError(f"the server did not get ready: {line!r} {''.join(self.err_lines)[-2000:]}")
 
