@@ -153,37 +153,35 @@ async def _serve(config: ServeConfig, preprocessing) -> int:
     return 1 if left else 0
 
 
-class _Server:
+def _Server(config, state):
     """uvicorn's Server with our signal handling: stop accepting, mark the app draining, and exit with our
     code (uvicorn re-raises the signal after a graceful stop, which would end the process with 143/130)."""
+    import uvicorn
 
-    def __new__(cls, config, state):
-        import uvicorn
+    class Server(uvicorn.Server):
+        signal_name: Optional[str] = None
 
-        class Server(uvicorn.Server):
-            signal_name: Optional[str] = None
+        @contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
-            @contextmanager
-            def capture_signals(self):
-                if threading.current_thread() is not threading.main_thread():
-                    yield
-                    return
-                previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-                try:
-                    yield
-                finally:
-                    for sig, handler in previous.items():
-                        signal.signal(sig, handler)
+        def on_signal(self, signum, frame):
+            if self.signal_name is not None and signum == signal.SIGINT:
+                _say("second SIGINT: exiting now, unanswered requests are cut; exit 1")
+                os._exit(1)
+            if self.signal_name is None:
+                self.signal_name = signal.Signals(signum).name
+                _say(f"{self.signal_name}: draining (no new requests; answering the accepted ones, at most "
+                     f"{config.timeout_graceful_shutdown:g} s)")
+            state.draining = True
+            self.should_exit = True
 
-            def on_signal(self, signum, frame):
-                if self.signal_name is not None and signum == signal.SIGINT:
-                    _say("second SIGINT: exiting now, unanswered requests are cut; exit 1")
-                    os._exit(1)
-                if self.signal_name is None:
-                    self.signal_name = signal.Signals(signum).name
-                    _say(f"{self.signal_name}: draining (no new requests; answering the accepted ones, at most "
-                         f"{config.timeout_graceful_shutdown:g} s)")
-                state.draining = True
-                self.should_exit = True
-
-        return Server(config)
+    return Server(config)

@@ -74,14 +74,18 @@ class Server:
         threading.Thread(target=self._read_err, daemon=True).start()
         deadline = time.monotonic() + timeout
         line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            m = READY.search(line)
-            if m:
-                self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
-                return
+        try:
+            while time.monotonic() < deadline:
+                line = self.proc.stdout.readline()
+                if not line and self.proc.poll() is not None:
+                    break
+                m = READY.search(line)
+                if m:
+                    self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
+                    return
+        except BaseException:
+            self.stop(sig=signal.SIGKILL)  # never leave a server behind, whatever failed here
+            raise
         self.stop()
         raise AssertionError(f"the server did not get ready: {line!r} {''.join(self.err_lines)[-2000:]}")
 
@@ -220,6 +224,30 @@ def test_cli_errors_name_the_flag(tmp_path):
     assert r.returncode == 3 and "holds no inference model" in r.stderr
     r = run(str(tmp_path), "--max_batch_size", "0")
     assert r.returncode == 2 and "--max_batch_size 0" in r.stderr
+
+
+def test_a_port_in_use_is_exit_2_naming_it(digits_dir):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", digits_dir[0], "--port", str(port)],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and f"--port {port}: cannot listen there (Address already in use)" in r.stderr
+
+
+def test_a_model_that_cannot_load_exits_3_with_the_line(digits_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(digits_dir[0], broken)
+    (broken / "model.pdiparams").write_bytes(b"not parameters")
+    r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", str(broken), "--port", "0"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "the predictor process could not load the model:" in r.stderr and "ready on" not in r.stdout
 
 
 # ---- load, lifetime ------------------------------------------------------------------------------
