@@ -28,7 +28,8 @@ def metric_key(name: str, metrics: Mapping[str, Any], prefix: str = "eval", owne
     for key in (name, f"{prefix}_{name}"):
         if key in metrics:
             return key
-    raise ConfigError(f"{owner} {name!r} is not in the evaluation metrics ({', '.join(sorted(metrics)) or 'none'}): "
+    listed = sorted(k for k in metrics if not k.endswith(("_runtime", "_per_second")))  # timings rank nothing
+    raise ConfigError(f"{owner} {name!r} is not in the evaluation metrics ({', '.join(listed) or 'none'}): "
                       f"use one of them, or return it from compute_metrics")
 
 

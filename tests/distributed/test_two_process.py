@@ -58,7 +58,8 @@ def test_evaluation_across_two_ranks_equals_one_process_on_uneven_data(runs):
     _, m1, pred1 = load(two, 1)
     _, mref, pred_ref = load(one, 0)
     assert m0["metrics"]["eval_samples"] == 37 == mref["metrics"]["eval_samples"]
-    assert m0["metrics"] == m1["metrics"]
+    untimed = [{k: v for k, v in m["metrics"].items() if not k.endswith(("_runtime", "_per_second"))} for m in (m0, m1)]
+    assert untimed[0] == untimed[1]  # each rank times its own evaluation (eval_runtime), as in PaddleNLP
     assert m0["metrics"]["eval_accuracy"] == mref["metrics"]["eval_accuracy"]
     assert abs(m0["metrics"]["eval_loss"] - mref["metrics"]["eval_loss"]) < 1e-5
     assert pred0.shape == (37, 2)

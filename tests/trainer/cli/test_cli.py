@@ -67,7 +67,7 @@ def test_dry_run_loads_no_data_and_imports_no_dataset_library(tmp_path):
 @pytest.mark.parametrize("args,code,message", [
     (["run", "digitz"], 2, "ptrain: error: unknown task 'digitz' (did you mean 'digits'?): known tasks are digits"),
     (["run", "digits", "--recipe", "nope"], 2, "ptrain: error: unknown recipe 'nope' for task digits: known recipes are demo"),
-    (["run", "digits", "--learning_rate", "-1"], 2, "ptrain: error: learning_rate=-1.0 is not allowed: learning_rate must be a number > 0"),
+    (["run", "digits", "--learning_rate", "-1"], 2, "ptrain: error: learning_rate=-1.0 is not allowed: learning_rate must be a number >= 0"),
     (["run", "digits", "--max_steps", "ten"], 2, "ptrain: error: max_steps='ten' is not allowed: max_steps must be an integer"),
     (["run", "digits", "--amp", "fp8"], 2, "ptrain: error: amp='fp8' is not allowed: choose one of off, fp16, bf16"),
     (["run", "digits", "--learning_rat", "0.1"], 2, "did you mean 'learning_rate'?"),
