@@ -90,7 +90,7 @@ from trainer import distributed as dist
 from trainer.checkpoint import rng
 from trainer.checkpoint.manifest import checkpoints_dir, verify
 from trainer.checkpoint.store import list_checkpoints
-from trainer.errors import ConfigError, DataError, TrainingError
+from trainer.errors import ConfigError, DataError, TrainingError, option
 from trainer.schedules import WithWarmup
 
 from .base import Callback
@@ -153,7 +153,7 @@ class LossSpikeRecovery(Callback):
     def on_fit_begin(self, trainer):
         if trainer.args.save_strategy == "no":
             raise ConfigError("LossSpikeRecovery needs checkpoints to roll back to, but save_strategy='no': "
-                              "set --save_strategy steps --save_steps N (a multiple of logging_steps)")
+                              f"set {option('save_strategy', 'steps')} and {option('save_steps')} N (a multiple of logging_steps)")
         step = trainer.state.global_step
         if step == 0:
             self._reset()
@@ -211,7 +211,7 @@ class LossSpikeRecovery(Callback):
             raise TrainingError(
                 f"LossSpikeRecovery: the logged loss was {why} ({spike}) but no checkpoint this run saved at or before "
                 f"step {good} is left in {checkpoints_dir(trainer.args.output_dir)}: save more often "
-                "(--save_steps, a multiple of logging_steps) and keep more (--save_total_limit 2 or more)")
+                f"({option('save_steps')}, a multiple of logging_steps) and keep more ({option('save_total_limit')} 2 or more)")
         # what stays as it is at step D: progress, data position, schedule, RNG, callbacks, history
         keep_state = copy.deepcopy(state.state_dict())
         keep_callbacks = copy.deepcopy(trainer.callbacks.state_dict())

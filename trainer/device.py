@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Mapping
 
 from .args import DEVICES  # the one list of device choices (validated there for TrainingArguments)
-from .errors import ConfigError
+from .errors import ConfigError, option
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,14 @@ def plan_device(env: Mapping[str, str], compiled_with_cuda: bool, gpu_count: int
     has_gpu = compiled_with_cuda and gpu_count > 0
     if requested == "gpu" and not has_gpu:
         raise ConfigError("device='gpu' but paddle sees no CUDA GPU: install paddlepaddle-gpu, check "
-                          "CUDA_VISIBLE_DEVICES, or use --device cpu")
+                          f"CUDA_VISIBLE_DEVICES, or use {option('device', 'cpu')}")
     if requested == "cpu" or not has_gpu:
         extra = {}
         backend = env.get("PADDLE_DISTRI_BACKEND")
         if world > 1 and compiled_with_cuda:
             if backend not in (None, "", "gloo"):
                 raise ConfigError(f"device='cpu' with PADDLE_DISTRI_BACKEND={backend}: that backend runs on GPUs; "
-                                  "unset it (gloo is used on CPU) or use --device gpu")
+                                  f"unset it (gloo is used on CPU) or use {option('device', 'gpu')}")
             if not backend:
                 extra["PADDLE_DISTRI_BACKEND"] = "gloo"
         why = "device cpu asked for" if requested == "cpu" else (

@@ -13,6 +13,7 @@ from trainer.errors import ConfigError
 from trainer.task import Task, TaskRun
 
 from .data import load_splits
+from .predict import predict
 
 
 @dataclass
@@ -72,4 +73,5 @@ TASK = Task(
     build=build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     dry_build=dry_build,
+    predict=predict,
 )

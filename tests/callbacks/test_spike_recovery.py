@@ -184,7 +184,7 @@ def test_no_checkpoint_before_the_spike_is_a_clear_error(tmp_path):
     with pytest.raises((CallbackError, TrainingError)) as info:
         trainer.fit()
     message = str(raised(info, TrainingError))
-    assert "no checkpoint this run saved at or before step 0" in message and "--save_total_limit 2 or more" in message
+    assert "no checkpoint this run saved at or before step 0" in message and "save_total_limit 2 or more" in message
 
 
 def test_needs_checkpoints(tmp_path):

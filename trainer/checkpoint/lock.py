@@ -53,7 +53,7 @@ import time
 import uuid
 from typing import Iterator, Optional
 
-from ..errors import ConfigError
+from ..errors import ConfigError, option
 from .owner import LIVE, STALE, UNKNOWN, identity, judge, lease_age, lease_seconds, pid_alive, same_namespace, where
 
 __all__ = ["LOCK_NAME", "JOB_ENV", "OWNER_ENV", "RunLock", "job_key", "pid_alive", "hold_for_command", "holder"]
@@ -85,9 +85,9 @@ def job_key(job_id: Optional[str] = None, master: Optional[str] = None, ips: Opt
 def _fail(output_dir: str, path: str, exc: OSError) -> ConfigError:
     if exc.errno == errno.ENOSPC:
         return ConfigError(f"output_dir {output_dir} is full: writing {path} failed (No space left on device): "
-                           "free space or choose another --output_dir")
+                           f"free space or choose another {option('output_dir')}")
     return ConfigError(f"output_dir {output_dir} cannot be written ({path}: {exc.strerror}): "
-                       "choose a writable --output_dir")
+                       f"choose a writable {option('output_dir')}")
 
 
 def _since(record: dict) -> str:
@@ -129,7 +129,7 @@ class RunLock:
             if exc.errno == errno.ENOSPC:
                 raise _fail(self.output_dir, self.output_dir, exc) from None
             raise ConfigError(f"output_dir {self.output_dir} cannot be created ({exc.strerror}): "
-                              "choose a writable --output_dir") from None
+                              f"choose a writable {option('output_dir')}") from None
         try:
             self._acquire(take_over_same_job)
         except ConfigError:
@@ -189,17 +189,17 @@ class RunLock:
             raise ConfigError(f"output_dir {self.output_dir} is in use by another command of the same job "
                               f"{self.job.split(':', 1)[-1]} ({where(owner)} since {_since(owner)}; {why}): one "
                               "command of a job owns an output_dir at a time: wait for it to finish, give this "
-                              "command another --job_id, or use another --output_dir")
+                              f"command another {option('job_id')}, or use another {option('output_dir')}")
         pid, host = owner.get("pid"), owner.get("host")
         if "lease" not in owner and host != identity()["host"]:
             raise ConfigError(f"output_dir {self.output_dir} is in use by process {pid} on host {host} "
-                              f"(lock {self.path}): wait for that run, use another --output_dir, or delete the "
+                              f"(lock {self.path}): wait for that run, use another {option('output_dir')}, or delete the "
                               "lock file if that run is gone")
         if same_namespace(owner) or "lease" not in owner:
             raise ConfigError(f"output_dir {self.output_dir} is in use by live process {pid} on {host} since "
-                              f"{_since(owner)}: wait for it to finish or use another --output_dir")
+                              f"{_since(owner)}: wait for it to finish or use another {option('output_dir')}")
         raise ConfigError(f"output_dir {self.output_dir} is in use by {where(owner)} since {_since(owner)} ({why}): "
-                          "wait for it to finish or use another --output_dir")
+                          f"wait for it to finish or use another {option('output_dir')}")
 
     def _refuse_unreadable(self) -> None:
         try:
@@ -291,10 +291,10 @@ class RunLock:
             return None
         except IsADirectoryError:
             raise ConfigError(f"{self.path} is a directory, not a lock file: remove it (rm -r {self.path}) "
-                              "or choose another --output_dir") from None
+                              f"or choose another {option('output_dir')}") from None
         except OSError as exc:
             raise ConfigError(f"the lock {self.path} cannot be read ({exc.strerror}): "
-                              "choose another --output_dir") from None
+                              f"choose another {option('output_dir')}") from None
         try:
             owner = json.loads(text)
             int(owner["pid"]), str(owner["host"])

@@ -85,7 +85,7 @@ def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: 
         os.rename(root, aside)
     except OSError as exc:
         raise ConfigError(f"overwrite_output_dir: cannot move {root} aside ({exc.strerror}): fix its permissions "
-                          "or use another --output_dir") from None
+                          f"or use another {option('output_dir')}") from None
     logger.warning("overwrite_output_dir: removing %d checkpoint(s) of an earlier run from %s", len(others), output_dir)
     shutil.rmtree(aside, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):

@@ -76,7 +76,7 @@ def test_lock_is_released_after_a_failed_run(tmp_path):
 def test_output_dir_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(ConfigError, match=rf"output_dir {blocker}/run cannot be created \(Not a directory\): choose a writable --output_dir"):
+    with pytest.raises(ConfigError, match=rf"output_dir {blocker}/run cannot be created \(Not a directory\): choose a writable output_dir"):
         make(blocker / "run").fit()
 
 
