@@ -203,7 +203,7 @@ def test_sigterm_during_startup_exits_143_promptly(tmp_path):
             return False
         for child in children:
             try:
-                count += "worker_entry" in " ".join(child.cmdline())
+                count += "launch_entry" in " ".join(child.cmdline())
             except psutil.Error:  # a short-lived helper process, or a zombie
                 pass
         return count >= 2

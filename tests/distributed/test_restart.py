@@ -32,7 +32,7 @@ def rank_pid(out_dir, rank):
                 env = f.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "worker_entry.py" in cmd and out_dir in cmd and f"PADDLE_TRAINER_ID={rank}" in env:
+        if "launch_entry.py" in cmd and out_dir in cmd and f"PADDLE_TRAINER_ID={rank}" in env:
             return int(pid)
     return None
 
