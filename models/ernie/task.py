@@ -263,15 +263,9 @@ class ErnieExport(Export):
 
 
 # ---- predict -------------------------------------------------------------------------------
-def predict(model_dir: str, inputs: List[str]) -> List[dict]:
-    """Texts (each argument one text, raw: no tokenizing or lower-casing needed), tokenized
-    with the tokenizer saved next to the model and cut to the run's ``max_seq_len``
-    tokens; one ``{"input", "label", "score"}`` per text."""
+def _load_export(model_dir: str):
+    """``(task.json of an ernie export, the tokenizer saved with it)``, or one DataError naming what is missing."""
     from paddlenlp.transformers import ErnieTokenizer
-
-    from trainer.deploy.predictor import create_predictor, run_predictor
-
-    from .tokenizer import encode
 
     meta_path = os.path.join(model_dir, TASK_FILE)
     if not os.path.isfile(meta_path):
@@ -282,6 +276,18 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
         tokenizer = ErnieTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, AssertionError) as exc:
         raise DataError(f"{model_dir}: cannot load the tokenizer saved with the model ({D.first_line(exc)})") from None
+    return meta, tokenizer
+
+
+def predict(model_dir: str, inputs: List[str]) -> List[dict]:
+    """Texts (each argument one text, raw: no tokenizing or lower-casing needed), tokenized
+    with the tokenizer saved next to the model and cut to the run's ``max_seq_len``
+    tokens; one ``{"input", "label", "score"}`` per text."""
+    from trainer.deploy.predictor import create_predictor, run_predictor
+
+    from .tokenizer import encode
+
+    meta, tokenizer = _load_export(model_dir)
     predictor = create_predictor(model_dir)
     texts = [t.strip() for t in inputs]
     if not all(texts):
@@ -305,17 +311,9 @@ def predict(model_dir: str, inputs: List[str]) -> List[dict]:
 def preprocessing(model_dir: str) -> Preprocessing:
     """``ptrain serve``: ``{"texts": [...]}`` -> the rows ``ptrain predict`` prints, each request's texts
     tokenized as ``predict`` does and padded to the request's longest."""
-    from paddlenlp.transformers import ErnieTokenizer
-
     from .tokenizer import encode
 
-    meta_path = os.path.join(model_dir, TASK_FILE)
-    with open(meta_path, encoding="utf-8") as f:
-        meta = json.load(f)
-    try:
-        tokenizer = ErnieTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError, AssertionError) as exc:
-        raise DataError(f"{model_dir}: cannot load the tokenizer saved with the model ({D.first_line(exc)})") from None
+    meta, tokenizer = _load_export(model_dir)
     lock = threading.Lock()  # the server calls encode from several threads
 
     def encode_texts(items: List) -> dict:

@@ -125,17 +125,7 @@ def write_run_id(root: str, run_id: str) -> None:
         with open(path, encoding="utf-8") as f:
             if f.read().strip() == run_id:
                 return
-    tmp = os.path.join(root, f".{RUN_ID_FILE}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(run_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    _replace_line(root, RUN_ID_FILE, run_id)
 
 
 def read_latest(output_dir: str) -> Optional[str]:
@@ -183,13 +173,19 @@ def set_aside(path: str, why: str) -> Optional[str]:
 
 def point_latest(root: str, name: str) -> None:
     """Move ``checkpoints/latest`` to ``name`` (temporary file, then replace)."""
-    tmp = os.path.join(root, f".{LATEST}.tmp-{os.getpid()}")
+    _replace_line(root, LATEST, name)
+
+
+def _replace_line(root: str, name: str, line: str) -> None:
+    """Write ``root/name`` as the one line ``line``, whole or not at all: a fsynced ``.NAME.tmp-PID``, then
+    ``os.replace`` (a killed write leaves the temporary, which ``remove_stale_temporaries`` deletes)."""
+    tmp = os.path.join(root, f".{name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(name + "\n")
+            f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(root, LATEST))
+        os.replace(tmp, os.path.join(root, name))
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
