@@ -81,7 +81,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
     if dry_run:
         print(f"task: {task.name}  options: {options}")
         print("info: " + json.dumps(run.info, sort_keys=True)
-              + ("  (data not loaded for a dry run)" if task.dry_build is not None else ""))
+              + ("  (datasets not built for a dry run)" if task.dry_build is not None else ""))
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
         return 0

@@ -61,7 +61,7 @@ def test_dry_run_loads_no_data_and_imports_no_dataset_library(tmp_path):
     # the data module is imported by the task module (it defines the dataset class); scikit-learn is not
     assert imported.split()[1:] in (["models.digits.data"], []), imported
     info = next(line for line in out.stdout.splitlines() if line.startswith("info: "))
-    assert '"parameters": ' in info and "train_samples" not in info and "data not loaded for a dry run" in info
+    assert '"parameters": ' in info and "train_samples" not in info and "datasets not built for a dry run" in info
 
 
 @pytest.mark.parametrize("args,code,message", [
