@@ -42,7 +42,7 @@ from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    close_iterator, dataset_length, make_loader)
 from .data import iterable
-from .data.loader import killed_workers
+from .data.loader import killed_workers, signalled_worker
 from .data.batch import batch_size, labels_of
 from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
@@ -405,6 +405,12 @@ class Trainer(PaddleNLPAPI):
             batches = _iterate(loader)
             try:
                 self._train_epoch(batches)
+            except Exception as exc:  # paddle's SIGCHLD handler raises a SystemError wherever the step is
+                killed = signalled_worker(exc) or signalled_worker(exc.__cause__)  # a callback's: CallbackError
+                if killed is None:
+                    raise
+                abandon_iterator(batches)
+                raise _worker_killed(*killed) from None
             finally:
                 close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
@@ -460,12 +466,7 @@ class Trainer(PaddleNLPAPI):
             killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
             abandon_iterator(batches)
             if killed:
-                pid, signum = killed[0]
-                name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
-                raise WorkerKilled(f"a DataLoader worker (pid {pid}) was killed by {name} while loading a batch: it "
-                                   "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
-                                   f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
-                                   "from the newest checkpoint", signum) from None
+                raise _worker_killed(*killed[0]) from None
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
                             f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
         waited = time.perf_counter() - start
@@ -635,6 +636,14 @@ class Trainer(PaddleNLPAPI):
 
 
 # ---- small helpers ------------------------------------------------------------
+def _worker_killed(pid: int, signum: int) -> WorkerKilled:
+    name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
+    return WorkerKilled(f"a DataLoader worker (pid {pid}) was killed by {name} while loading a batch: it "
+                        "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
+                        f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
+                        "from the newest checkpoint", signum)
+
+
 def _iterate(loader):
     """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
     workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one

@@ -11,8 +11,8 @@ import numpy as np
 from helpers import REPO
 from safetensors.numpy import load_file
 
-RUN = ["run", "digits", "--nproc", "2", "--num_train_epochs", "60", "--save_strategy", "steps",
-       "--save_steps", "200", "--evaluation_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "100"]
+RUN = ["run", "digits", "--nproc", "2", "--num_train_epochs", "24", "--save_strategy", "steps",
+       "--save_steps", "100", "--evaluation_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "100"]
 ENV = dict(os.environ, PYTHONPATH=REPO)
 
 

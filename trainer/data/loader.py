@@ -8,7 +8,10 @@ import functools
 import gc
 import os
 import random
+import re
+import signal
 from collections.abc import Mapping
+from typing import Optional, Tuple
 
 import numpy as np
 import paddle
@@ -104,6 +107,23 @@ def killed_workers(iterator) -> list:
         if isinstance(code, int) and code < 0:
             killed.append((worker.pid, -code))
     return killed
+
+
+_SIGNALLED = re.compile(r"DataLoader process \(pid (\d+)\) exited is killed by signal: ([^.(]+)")
+
+
+def signalled_worker(exc: Optional[BaseException]) -> Optional[Tuple[int, int]]:
+    """``(pid, signal number)`` when ``exc`` is paddle's SystemError for a DataLoader worker a
+    signal ended. paddle's SIGCHLD handler raises it in the main thread wherever the step is
+    (inside the optimizer, a callback, an import), not only where the next batch is fetched."""
+    m = _SIGNALLED.search(str(exc)) if isinstance(exc, SystemError) else None
+    if m is None:
+        return None
+    text = m.group(2).strip()
+    for signum in signal.valid_signals():
+        if signal.strsignal(signum) == text:
+            return int(m.group(1)), int(signum)
+    return None
 
 
 def abandon_iterator(iterator) -> None:

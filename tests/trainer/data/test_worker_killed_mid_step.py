@@ -1,0 +1,65 @@
+"""A DataLoader worker killed while the step runs (not while a batch is fetched): paddle's SIGCHLD
+handler raises its SystemError wherever the main thread is, and fit() still names it WorkerKilled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import paddle
+import psutil
+import pytest
+
+from callbacks import Callback
+from trainer import Trainer, TrainingArguments
+from trainer.errors import WorkerKilled
+
+
+class Pairs(paddle.io.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        return np.full([4], i % 7, dtype="float32"), np.int64(i % 2)
+
+
+class KillAWorkerThenWork(Callback):
+    """At step 3: SIGKILL one loader worker, then keep the main thread busy in Python (as a callback,
+    the optimizer or an import would) until paddle's SIGCHLD handler raises inside this callback."""
+
+    def __init__(self):
+        self.raised_here = False
+
+    def on_step_end(self, trainer):
+        if trainer.state.global_step != 3:
+            return
+        me = psutil.Process()
+        workers = [p for p in me.children() if p.status() != psutil.STATUS_ZOMBIE]
+        assert workers, "no DataLoader worker to kill"
+        os.kill(workers[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                sum(range(1000))  # bytecodes: where a Python signal handler runs
+        except SystemError:
+            self.raised_here = True
+            raise
+        raise AssertionError("paddle's SIGCHLD handler never raised")
+
+
+def test_a_worker_killed_during_the_step_is_worker_killed_with_its_signal(tmp_path):
+    model = paddle.nn.Linear(4, 2)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=20,
+                             dataloader_num_workers=2, report_to=[], save_strategy="no", evaluation_strategy="no")
+    spy = KillAWorkerThenWork()
+    trainer = Trainer(model, args, train_dataset=Pairs(), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=[spy])
+    with pytest.raises(WorkerKilled, match=r"DataLoader worker \(pid \d+\) was killed by SIGKILL") as info:
+        trainer.fit()
+    assert spy.raised_here  # the error came from inside the callback, not from the batch fetch
+    assert info.value.signum == signal.SIGKILL and trainer.state.status == "failed"
+    deadline = time.monotonic() + 10  # and no worker is left behind
+    while [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
