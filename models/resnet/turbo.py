@@ -14,8 +14,15 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
    the accurate ones;
 4. crop first, then one antialiased resize of the crop to the output size
    (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out
-   (``cv2.split``: faster than a transposed copy).
-   The model normalizes on the device as with every other backend.
+   (``cv2.split`` into the three planes of the output: faster than a
+   transposed copy). The model normalizes on the device as with every other
+   backend.
+
+:class:`TurboImageFolder` (the dataset of this backend) assembles batches in
+place: its ``__getitems__`` writes each image straight into its slot of one
+``(B, 3, size, size)`` uint8 array and hands the loader that array
+(``trainer.data.batch.AssembledBatch``), so no per-sample arrays are stacked
+again, in the training process or in a DataLoader worker.
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
 ...), CMYK/YCCK JPEGs, and any JPEG libjpeg-turbo will not decode strictly
@@ -40,8 +47,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from trainer.data.batch import AssembledBatch
+
 from .crops import center_crop_box, flip_coin, random_resized_crop_box
-from .imagefolder import read_rgb
+from .imagefolder import ImageFolderDataset, read_rgb
 
 JPEG_MAGIC = b"\xff\xd8"
 TURBO_COLORSPACES = ("YCbCr", "Gray", "RGB")  # CMYK and YCCK go to Pillow
@@ -82,19 +91,20 @@ class TurboTransform:
             return random_resized_crop_box(height, width)
         return center_crop_box(height, width, self.size, self.resize)
 
-    def from_file(self, path: str) -> np.ndarray:
+    def from_file(self, path: str, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The file's pixels, uint8 CHW; written into ``out`` (``(3, size, size)`` uint8) when given."""
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
             data = b""  # missing or unreadable: read_rgb below names the file (BadImageError)
         if data[:2] == JPEG_MAGIC:
-            pixels = self._decode_jpeg(data)
+            pixels = self._decode_jpeg(data, out)
             if pixels is not None:
                 return pixels
-        return self(read_rgb(path))  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
+        return self(read_rgb(path), out)  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
 
-    def _decode_jpeg(self, data: bytes) -> Optional[np.ndarray]:
+    def _decode_jpeg(self, data: bytes, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
         import simplejpeg
 
         try:
@@ -109,7 +119,7 @@ class TurboTransform:
             image, scaled_box = self.decode_scaled(data, height, width, box)
         except ValueError:  # truncated or damaged: Pillow decides
             return None
-        return self._finish(image, scaled_box, flip)
+        return self._finish(image, scaled_box, flip, out)
 
     def decode_scaled(self, data: bytes, height: int, width: int, box):
         """The JPEG decoded at :func:`dct_scale` of ``box`` (libjpeg-turbo), and ``box`` in its pixels.
@@ -123,23 +133,27 @@ class TurboTransform:
         top, left, h, w = box
         return image, (top * fy, left * fx, h * fy, w * fx)
 
-    def __call__(self, image) -> np.ndarray:
+    def __call__(self, image, out: Optional[np.ndarray] = None) -> np.ndarray:
         array = np.asarray(image, dtype="uint8")
         if array.ndim == 2:
             array = np.repeat(array[:, :, None], 3, axis=2)
         box = self.box(array.shape[0], array.shape[1])
-        return self._finish(array, box, self.train and flip_coin())
+        return self._finish(array, box, self.train and flip_coin(), out)
 
-    def _finish(self, image: np.ndarray, box, flip: bool) -> np.ndarray:
+    def _finish(self, image: np.ndarray, box, flip: bool, out: Optional[np.ndarray] = None) -> np.ndarray:
         top, left, h, w = box
         y0, x0 = int(round(top)), int(round(left))
         y1 = min(image.shape[0], max(y0 + 1, int(round(top + h))))
         x1 = min(image.shape[1], max(x0 + 1, int(round(left + w))))
-        out = resize_antialiased(image[y0:y1, x0:x1], self.size)
+        hwc = resize_antialiased(image[y0:y1, x0:x1], self.size)
         cv2 = _opencv()
         if flip:
-            out = cv2.flip(out, 1)
-        return np.stack(cv2.split(out))  # CHW, contiguous (np.stack of strided views is 2.5x slower)
+            hwc = cv2.flip(hwc, 1)
+        chw = np.empty((3, self.size, self.size), dtype="uint8") if out is None else out
+        planes = cv2.split(hwc, [chw[0], chw[1], chw[2]])  # into the planes: no per-plane arrays, no np.stack
+        if planes[0].ctypes.data != chw[0].ctypes.data:  # OpenCV allocated planes of its own after all
+            chw[...] = planes
+        return chw
 
 
 def dct_scale(height: float, width: float, size: int) -> int:
@@ -173,6 +187,29 @@ def resize_antialiased(image: np.ndarray, size: int) -> np.ndarray:
     ry, rx = image.shape[0] / size, image.shape[1] / size
     if ry >= 2 or rx >= 2:
         return cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA)
-    if ry >= 1.25 or rx >= 1.25:
-        image = cv2.GaussianBlur(image, (3 if rx >= 1.25 else 1, 3 if ry >= 1.25 else 1), 0)
+    if ry >= 1.25 or rx >= 1.25:  # on a contiguous copy of the crop: ~15% faster than on the view
+        image = cv2.GaussianBlur(np.ascontiguousarray(image), (3 if rx >= 1.25 else 1, 3 if ry >= 1.25 else 1), 0)
     return cv2.resize(image, (size, size), interpolation=cv2.INTER_LINEAR)
+
+
+class TurboImageFolder(ImageFolderDataset):
+    """:class:`~models.resnet.imagefolder.ImageFolderDataset` of a :class:`TurboTransform`, whose
+    ``__getitems__(indices)`` writes the batch's images straight into one ``(B, 3, size, size)`` uint8
+    array (bad images skipped or failed as one by one). Returns the samples (views of that array, with
+    their labels) as an :class:`~trainer.data.batch.AssembledBatch` of ``[images, labels]``: what
+    ``default_collate_fn`` would build, without building it again."""
+
+    def __init__(self, root: str, transform: TurboTransform, **kwargs):
+        if not isinstance(transform, TurboTransform):
+            raise TypeError(f"TurboImageFolder needs a TurboTransform, not {type(transform).__name__}")
+        super().__init__(root, transform, **kwargs)
+
+    def __getitems__(self, indices):
+        size = self.transform.size
+        images = np.empty((len(indices), 3, size, size), dtype="uint8")
+        labels = np.empty(len(indices), dtype="int64")
+        samples = []
+        for k, i in enumerate(indices):
+            pixels, labels[k] = self.sample(i, out=images[k])
+            samples.append((pixels, labels[k]))
+        return AssembledBatch(samples, [images, labels])
