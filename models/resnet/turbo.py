@@ -150,8 +150,9 @@ class TurboTransform:
         if flip:
             hwc = cv2.flip(hwc, 1)
         chw = np.empty((3, self.size, self.size), dtype="uint8") if out is None else out
-        planes = cv2.split(hwc, [chw[0], chw[1], chw[2]])  # into the planes: no per-plane arrays, no np.stack
-        if planes[0].ctypes.data != chw[0].ctypes.data:  # OpenCV allocated planes of its own after all
+        mv = [chw[0], chw[1], chw[2]]
+        planes = cv2.split(hwc, mv)  # into the planes: no per-plane arrays, no np.stack copy
+        if planes[0] is not mv[0]:  # OpenCV allocated planes of its own after all
             chw[...] = planes
         return chw
 
