@@ -49,6 +49,7 @@ import numpy as np
 
 from trainer.data.batch import AssembledBatch
 
+from . import jpeg_regions
 from .crops import center_crop_box, flip_coin, random_resized_crop_box
 from .imagefolder import ImageFolderDataset, read_rgb
 
@@ -105,6 +106,19 @@ class TurboTransform:
         return self(read_rgb(path), out)  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
 
     def _decode_jpeg(self, data: bytes, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        planned = self.plan(data)
+        if planned is None:
+            return None
+        height, width, box, flip = planned
+        try:
+            image, scaled_box = self.decode_scaled(data, height, width, box)
+        except ValueError:  # truncated or damaged: Pillow decides
+            return None
+        return self._finish(image, scaled_box, flip, out)
+
+    def plan(self, data: bytes):
+        """``(height, width, box, flip)`` of a JPEG that libjpeg-turbo decodes (read from its header; the
+        box and flip drawn as Pillow's path draws them), or None for one Pillow must decode (CMYK, ...)."""
         import simplejpeg
 
         try:
@@ -114,12 +128,7 @@ class TurboTransform:
         if colorspace not in TURBO_COLORSPACES or height < 1 or width < 1:
             return None
         box = self.box(height, width)  # drawn before decoding: the RNG use matches Pillow's path
-        flip = self.train and flip_coin()
-        try:
-            image, scaled_box = self.decode_scaled(data, height, width, box)
-        except ValueError:  # truncated or damaged: Pillow decides
-            return None
-        return self._finish(image, scaled_box, flip, out)
+        return height, width, box, self.train and flip_coin()
 
     def decode_scaled(self, data: bytes, height: int, width: int, box):
         """The JPEG decoded at :func:`dct_scale` of ``box`` (libjpeg-turbo), and ``box`` in its pixels.
@@ -141,11 +150,12 @@ class TurboTransform:
         return self._finish(array, box, self.train and flip_coin(), out)
 
     def _finish(self, image: np.ndarray, box, flip: bool, out: Optional[np.ndarray] = None) -> np.ndarray:
-        top, left, h, w = box
-        y0, x0 = int(round(top)), int(round(left))
-        y1 = min(image.shape[0], max(y0 + 1, int(round(top + h))))
-        x1 = min(image.shape[1], max(x0 + 1, int(round(left + w))))
-        hwc = resize_antialiased(image[y0:y1, x0:x1], self.size)
+        y0, x0, y1, x1 = pixel_region(box, image.shape[0], image.shape[1])
+        return self.finish_crop(image[y0:y1, x0:x1], flip, out)
+
+    def finish_crop(self, crop: np.ndarray, flip: bool, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The cut-out box (HWC uint8) resized, [flipped,] as uint8 CHW (into ``out`` when given)."""
+        hwc = resize_antialiased(crop, self.size)
         cv2 = _opencv()
         if flip:
             hwc = cv2.flip(hwc, 1)
@@ -155,6 +165,15 @@ class TurboTransform:
         if planes[0] is not mv[0]:  # OpenCV allocated planes of its own after all
             chw[...] = planes
         return chw
+
+
+def pixel_region(box, height: int, width: int) -> Tuple[int, int, int, int]:
+    """``(y0, x0, y1, x1)``: the whole pixels of an image of ``height`` x ``width`` that ``box`` cuts (at least one)."""
+    top, left, h, w = box
+    y0, x0 = int(round(top)), int(round(left))
+    y1 = min(height, max(y0 + 1, int(round(top + h))))
+    x1 = min(width, max(x0 + 1, int(round(left + w))))
+    return y0, x0, y1, x1
 
 
 def dct_scale(height: float, width: float, size: int) -> int:
@@ -206,11 +225,51 @@ class TurboImageFolder(ImageFolderDataset):
         super().__init__(root, transform, **kwargs)
 
     def __getitems__(self, indices):
-        size = self.transform.size
+        size, transform = self.transform.size, self.transform
         images = np.empty((len(indices), 3, size, size), dtype="uint8")
         labels = np.empty(len(indices), dtype="int64")
-        samples = []
+        regions = []  # (slot, index, file bytes, pixel region, flip): decoded together below
+        use_regions = jpeg_regions.available()
         for k, i in enumerate(indices):
-            pixels, labels[k] = self.sample(i, out=images[k])
-            samples.append((pixels, labels[k]))
-        return AssembledBatch(samples, [images, labels])
+            planned = self._plan_region(int(i), images[k]) if use_regions else None
+            if planned is None:  # decoded one by one (and already in its slot): other files, bad ones, big images
+                labels[k] = self.sample(int(i), out=images[k])[1]
+            elif planned is not _DONE:
+                regions.append((k, int(i)) + planned)
+                labels[k] = self.labels[int(i)]
+        decoded = jpeg_regions.decode_regions([r[2] for r in regions], [r[3] for r in regions], fast=transform.train)
+        for (k, i, _, _, flip), crop in zip(regions, decoded):
+            if crop is None:  # nvImageCodec did not decode it: one by one, as any other file
+                labels[k] = self.sample(i, out=images[k])[1]
+            else:
+                transform.finish_crop(crop, flip, images[k])
+        return AssembledBatch([(images[k], labels[k]) for k in range(len(indices))], [images, labels])
+
+    def _plan_region(self, i: int, out: np.ndarray):
+        """For a complete JPEG whose box needs the full-size decode: ``(bytes, region, flip)`` for the batch's
+        region decode. A box small enough for a reduced DCT scale is decoded here into ``out`` (``_DONE``).
+        None (nothing drawn from the RNGs yet, or a decode failed): :meth:`sample` decodes it."""
+        if self._bad[i]:
+            return None
+        try:
+            with open(self.path(i), "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        if data[:2] != JPEG_MAGIC or not jpeg_regions.complete(data):
+            return None
+        planned = self.transform.plan(data)
+        if planned is None:
+            return None
+        height, width, box, flip = planned
+        if dct_scale(box[2], box[3], self.transform.size) > 1:
+            try:
+                image, scaled_box = self.transform.decode_scaled(data, height, width, box)
+            except ValueError:
+                return None
+            self.transform._finish(image, scaled_box, flip, out)
+            return _DONE
+        return data, pixel_region(box, height, width), flip
+
+
+_DONE = object()  # _plan_region: decoded into its slot already
