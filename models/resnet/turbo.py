@@ -223,6 +223,7 @@ class TurboImageFolder(ImageFolderDataset):
         if not isinstance(transform, TurboTransform):
             raise TypeError(f"TurboImageFolder needs a TurboTransform, not {type(transform).__name__}")
         super().__init__(root, transform, **kwargs)
+        self.region_decoded = 0  # images of this process's batches decoded box only (nvImageCodec)
 
     def __getitems__(self, indices):
         size, transform = self.transform.size, self.transform
@@ -232,17 +233,19 @@ class TurboImageFolder(ImageFolderDataset):
         use_regions = jpeg_regions.available()
         for k, i in enumerate(indices):
             planned = self._plan_region(int(i), images[k]) if use_regions else None
-            if planned is None:  # decoded one by one (and already in its slot): other files, bad ones, big images
+            if planned is None:  # one by one, into its slot: other files, bad ones, no nvImageCodec
                 labels[k] = self.sample(int(i), out=images[k])[1]
-            elif planned is not _DONE:
+                continue
+            labels[k] = self.labels[int(i)]
+            if planned is not _DONE:  # else decoded at a reduced DCT scale into its slot already
                 regions.append((k, int(i)) + planned)
-                labels[k] = self.labels[int(i)]
         decoded = jpeg_regions.decode_regions([r[2] for r in regions], [r[3] for r in regions], fast=transform.train)
         for (k, i, _, _, flip), crop in zip(regions, decoded):
             if crop is None:  # nvImageCodec did not decode it: one by one, as any other file
                 labels[k] = self.sample(i, out=images[k])[1]
             else:
                 transform.finish_crop(crop, flip, images[k])
+                self.region_decoded += 1
         return AssembledBatch([(images[k], labels[k]) for k in range(len(indices))], [images, labels])
 
     def _plan_region(self, i: int, out: np.ndarray):

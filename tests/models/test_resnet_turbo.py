@@ -167,3 +167,66 @@ def test_imagefolder_data_returns_uint8_chw_samples_with_labels(tmp_path, backen
     if backend == "turbo":
         assert isinstance(bundle.train.transform, TurboTransform) and bundle.train.transform.train
         assert not bundle.val.transform.train
+
+
+# ---- batches assembled in place, crop boxes decoded as regions ------------------------------------
+def _batch_tree(root):
+    """JPEGs of several sizes (one large enough for a reduced DCT scale), gray, CMYK, PNG, a truncated JPEG."""
+    _tree(root, corrupt=True)
+    save(os.path.join(root, "train", "cat", "big.jpg"), photo(700, 900, seed=3), quality=90)
+    return root
+
+
+@pytest.mark.parametrize("regions", [True, False], ids=["region-decode", "without-nvimgcodec"])
+@pytest.mark.parametrize("train", [True, False], ids=["training", "evaluation"])
+def test_a_batch_is_the_one_by_one_samples_written_in_place(tmp_path, monkeypatch, regions, train):
+    """__getitems__ (region decode of each box, or the whole-image path without nvImageCodec) gives exactly
+    the samples of one-by-one __getitem__ calls from the same RNG state, as default_collate_fn would stack them."""
+    from paddle.io.dataloader.collate import default_collate_fn
+
+    from models.resnet import jpeg_regions
+    from models.resnet.turbo import TurboImageFolder
+    from trainer.data.batch import AssembledBatch, default_collate
+
+    if not regions:
+        monkeypatch.setattr(jpeg_regions, "_missing", "switched off by the test")
+    assert jpeg_regions.available() == regions
+    root = _batch_tree(str(tmp_path / "data"))
+    transform = TurboTransform.for_training(96) if train else TurboTransform.for_evaluation(96, 108)
+    one_by_one = TurboImageFolder(os.path.join(root, "train"), transform, bad_images="skip")
+    batched = TurboImageFolder(os.path.join(root, "train"), transform, bad_images="skip")
+    indices = list(range(len(one_by_one)))[::-1]  # the truncated file and the big one included
+    for seed in (0, 1):
+        random.seed(seed)
+        np.random.seed(seed)
+        expected = default_collate_fn([one_by_one[i] for i in indices])
+        random.seed(seed)
+        np.random.seed(seed)
+        got = batched.__getitems__(indices)
+        assert isinstance(got, AssembledBatch) and len(got) == len(indices)
+        images, labels = default_collate(got)
+        assert images.dtype == np.uint8 and images.shape == (len(indices), 3, 96, 96)
+        assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
+        assert all(np.shares_memory(x, images) for x, _ in got)  # the samples are the batch's rows
+    assert batched.bad_paths() == one_by_one.bad_paths() == [os.path.join(root, "train", "dog", "2.jpg")]
+    # the 9 whole small JPEGs and 2 gray ones take the region decode (the big one a reduced DCT scale, mostly)
+    assert (batched.region_decoded >= 2 * 9) if regions else batched.region_decoded == 0
+
+
+def test_the_region_decode_cuts_the_box_of_the_whole_image_decode(tmp_path):
+    """nvImageCodec's region of a JPEG is the same pixels as libjpeg-turbo's whole image cut to that box."""
+    import simplejpeg
+
+    from models.resnet import jpeg_regions
+
+    data = open(save(str(tmp_path / "a.jpg"), photo(375, 500, seed=4), quality=90), "rb").read()
+    gray = open(save(str(tmp_path / "g.jpg"), photo(200, 240, seed=5), "L", quality=90), "rb").read()
+    regions = [(17, 33, 301, 420), (0, 0, 375, 500), (100, 7, 101, 8)]
+    for fast in (True, False):
+        full = simplejpeg.decode_jpeg(data, fastdct=fast, fastupsample=fast)
+        got = jpeg_regions.decode_regions([data] * 3, regions, fast=fast)
+        for (y0, x0, y1, x1), crop in zip(regions, got):
+            assert np.array_equal(crop, full[y0:y1, x0:x1])
+        gray_crop, = jpeg_regions.decode_regions([gray], [(10, 20, 110, 220)], fast=fast)
+        assert gray_crop is None or mad(gray_crop, read_rgb(str(tmp_path / "g.jpg")).crop((20, 10, 220, 110))) < 1
+    assert not jpeg_regions.complete(data[: len(data) // 2]) and jpeg_regions.complete(data)
