@@ -230,3 +230,30 @@ def test_the_region_decode_cuts_the_box_of_the_whole_image_decode(tmp_path):
         gray_crop, = jpeg_regions.decode_regions([gray], [(10, 20, 110, 220)], fast=fast)
         assert gray_crop is None or mad(gray_crop, read_rgb(str(tmp_path / "g.jpg")).crop((20, 10, 220, 110))) < 1
     assert not jpeg_regions.complete(data[: len(data) // 2]) and jpeg_regions.complete(data)
+
+
+def test_a_run_with_two_loader_workers_resumed_at_a_step_boundary_ends_bitwise_equal(tmp_path):
+    """Workers build whole batches (region decode), each seeded from (seed, epoch, its first index): a run
+    resumed from step 3 cuts the same boxes and flips as the uninterrupted one, whichever worker builds them."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+    from safetensors.numpy import load_file
+
+    _tree(str(tmp_path / "data"), corrupt=False)
+    common = ["run", "resnet", "--data_dir", "data", "--depth", "18", "--image_size", "64", "--resize_size", "72",
+              "--per_device_train_batch_size", "4", "--dataloader_num_workers", "2", "--max_steps", "6",
+              "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "5", "--evaluation_strategy", "no",
+              "--disable_tqdm", "true", "--logging_steps", "1"]
+
+    def ptrain(*args):
+        out = subprocess.run([sys.executable, "-m", "trainer.cli", *common, *args], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+        assert out.returncode == 0, out.stderr[-3000:]
+
+    ptrain("--output_dir", "full")
+    ptrain("--output_dir", "resumed", "--resume_from_checkpoint", os.path.join("full", "checkpoints", "step-3"))
+    a = load_file(str(tmp_path / "full" / "checkpoints" / "step-6" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "checkpoints" / "step-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
