@@ -1,5 +1,6 @@
-"""The fast ImageFolder pipeline (``--data_backend turbo``, the default): JPEGs
-decoded by libjpeg-turbo at a reduced DCT scale, cropped, then resized by OpenCV.
+"""The fast ImageFolder pipeline (``--data_backend turbo``, the default): of each
+JPEG only the crop box decoded (or the whole image at a reduced DCT scale) by
+libjpeg-turbo, then resized by OpenCV, straight into the batch.
 
 Per JPEG file (:meth:`TurboTransform.from_file`):
 
@@ -22,7 +23,15 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
 place: its ``__getitems__`` writes each image straight into its slot of one
 ``(B, 3, size, size)`` uint8 array and hands the loader that array
 (``trainer.data.batch.AssembledBatch``), so no per-sample arrays are stacked
-again, in the training process or in a DataLoader worker.
+again, in the training process or in a DataLoader worker. And it decodes less:
+step 3 above becomes, for a complete JPEG whose box needs the full size, a
+region decode of just the box, all the batch's boxes in one call
+(:mod:`models.resnet.jpeg_regions`, nvImageCodec's libjpeg-turbo: it skips the
+IDCT and colour conversion outside the box and stops after its last row;
+the same pixels as the whole image cut to the box). The RNG draws are those
+of one-by-one decoding, in the same order; only a file the region decode
+fails on is decoded one by one after the rest, with new draws (deterministic
+still, so resumed runs match).
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
 ...), CMYK/YCCK JPEGs, and any JPEG libjpeg-turbo will not decode strictly
