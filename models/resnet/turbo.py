@@ -233,7 +233,9 @@ class TurboImageFolder(ImageFolderDataset):
             raise TypeError(f"TurboImageFolder needs a TurboTransform, not {type(transform).__name__}")
         super().__init__(root, transform, **kwargs)
         self.region_decoded = 0  # images of this process's batches decoded box only (nvImageCodec)
-        jpeg_regions.available()  # imported here, once: forked DataLoader workers inherit it (~20 ms each otherwise)
+        # the decoders imported here, once: forked DataLoader workers inherit them (~70 ms of CPU each, every epoch)
+        jpeg_regions.available()
+        _opencv()
 
     def __getitems__(self, indices):
         size, transform = self.transform.size, self.transform
