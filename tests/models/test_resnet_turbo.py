@@ -257,3 +257,24 @@ def test_a_run_with_two_loader_workers_resumed_at_a_step_boundary_ends_bitwise_e
     a = load_file(str(tmp_path / "full" / "checkpoints" / "step-6" / "model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "checkpoints" / "step-6" / "model.safetensors"))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_assembled_batches_skip_and_count_a_corrupt_jpeg_through_the_trainers_loader(tmp_path, workers):
+    """The Trainer's loader (whole batches per worker fetch): batches keep their size, the truncated file
+    is marked in the shared flags whichever process met it, and fail mode names it."""
+    from models.resnet.turbo import TurboImageFolder
+    from trainer.data import ResumableDistributedBatchSampler, SeededDataset, close_iterator, make_loader
+
+    root = _tree(str(tmp_path / "data"))
+    ds = TurboImageFolder(os.path.join(root, "train"), TurboTransform.for_training(32), bad_images="skip")
+    sampler = ResumableDistributedBatchSampler(len(ds), 4, shuffle=True, seed=0, drop_last=True)
+    it = iter(make_loader(SeededDataset(ds, 0) if workers else ds, sampler, None, workers))
+    try:
+        shapes = [(tuple(x.shape), str(x.dtype)) for x, _ in it]
+    finally:
+        close_iterator(it)
+    assert shapes == [((4, 3, 32, 32), "paddle.uint8")] * 4
+    assert ds.bad_paths() == [os.path.join(root, "train", "dog", "2.jpg")]
+    with pytest.raises(BadImageError, match="2.jpg"):
+        BadImages([ds], "fail", info={})._check()
