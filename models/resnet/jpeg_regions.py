@@ -61,8 +61,7 @@ def _decoder(fast: bool):
         decoder = nvimgcodec.Decoder(device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
                                      backends=[nvimgcodec.Backend(nvimgcodec.CPU_ONLY)],
                                      options=FAST_OPTIONS if fast else ACCURATE_OPTIONS)
-        _decoders.clear()
-        _decoders[key] = decoder
+        _decoders[key] = decoder  # a parent's decoder inherited through a fork stays untouched (never destroyed)
     return decoder
 
 

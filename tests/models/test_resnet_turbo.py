@@ -269,6 +269,7 @@ def test_assembled_batches_skip_and_count_a_corrupt_jpeg_through_the_trainers_lo
     root = _tree(str(tmp_path / "data"))
     ds = TurboImageFolder(os.path.join(root, "train"), TurboTransform.for_training(32), bad_images="skip")
     sampler = ResumableDistributedBatchSampler(len(ds), 4, shuffle=True, seed=0, drop_last=True)
+    assert len(ds.__getitems__([0, 1])) == 2  # this process's region decoder exists before the workers fork
     it = iter(make_loader(SeededDataset(ds, 0) if workers else ds, sampler, None, workers))
     try:
         shapes = [(tuple(x.shape), str(x.dtype)) for x, _ in it]
