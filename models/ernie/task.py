@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import List
@@ -65,7 +64,7 @@ class ErnieOptions:
     mlm_learning_rate: float = 0.0     # peak LR of the masked-LM phase; 0 = learning_rate
     bucket_batches: bool = True        # batches of similar lengths (see batching.LengthBucketing)
     bucket_chunk: int = 50             # batches per sorted chunk
-    cache_dir: str = ""                # token-id cache; default OUTPUT_DIR/cache
+    cache_dir: str = ""                # token-id and vocabulary cache; default OUTPUT_DIR/cache
 
     def __post_init__(self):
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
@@ -163,23 +162,29 @@ def load_examples(options: ErnieOptions):
     return D.load_files(train, dev, test, options.text_column or None, options.label_column, options.label_list)
 
 
-def _write_atomic(path: str, text: str) -> None:
-    """Every rank may write the same file: a private temporary file, then a rename."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def scratch_tokenizer(train_texts: List[str], options: ErnieOptions, output_dir: str):
-    """Build the character vocabulary of the training split, write it, load it as an ErnieTokenizer."""
-    from .tokenizer import VOCAB_FILE, build_char_vocab, char_tokenizer
+    """Build the character vocabulary of the training split, write it, load it as an ErnieTokenizer.
+    Every rank may write the same file: a private temporary file, then a rename."""
+    from .tokenizer import VOCAB_FILE, _write_replacing, char_tokenizer, char_vocab_cached
 
-    tokens = build_char_vocab(train_texts, min_freq=options.vocab_min_freq)
+    tokens = char_vocab_cached(train_texts, options.vocab_min_freq, _cache_dir(options, output_dir))
     path = os.path.join(output_dir, "tokenizer", VOCAB_FILE)
-    _write_atomic(path, "\n".join(tokens) + "\n")
+    _write_replacing(path, "\n".join(tokens) + "\n")
     return char_tokenizer(path)
+
+
+def _pretrained_model(options: ErnieOptions, num_labels: int):
+    """The pretrained model with a new head; ``max_seq_len`` checked against its positions."""
+    model = load_pretrained_model(options.model_name_or_path, num_labels, options.dropout)
+    limit = int(model.config.max_position_embeddings)
+    if options.max_seq_len > limit:
+        raise ConfigError(f"max_seq_len={options.max_seq_len} is more than {options.model_name_or_path} "
+                          f"takes ({limit} positions): lower --max_seq_len")
+    return model
+
+
+def _cache_dir(options: ErnieOptions, output_dir: str) -> str:
+    return options.cache_dir or os.path.join(output_dir, "cache")
 
 
 # ---- build ---------------------------------------------------------------------------------
@@ -204,12 +209,8 @@ def build(options: ErnieOptions, args) -> TaskRun:
         model = build_scratch_model(config)
     else:
         paddle.seed(args.seed)  # the classifier head's initial weights
-        model = load_pretrained_model(options.model_name_or_path, len(label_names), options.dropout)
-        limit = int(model.config.max_position_embeddings)
-        if options.max_seq_len > limit:
-            raise ConfigError(f"max_seq_len={options.max_seq_len} is more than {options.model_name_or_path} "
-                              f"takes ({limit} positions): lower --max_seq_len")
-    cache_dir = options.cache_dir or os.path.join(args.output_dir, "cache")
+        model = _pretrained_model(options, len(label_names))
+    cache_dir = _cache_dir(options, args.output_dir)
     datasets, cache_hits = [], 0
     for part in (train, dev, test):
         if not part:
@@ -237,6 +238,33 @@ def build(options: ErnieOptions, args) -> TaskRun:
             **D.describe((train, dev, test), label_names)}
     return TaskRun(model=model, train_dataset=train_ds, eval_dataset=dev_ds, test_dataset=test_ds,
                    collate_fn=collate, compute_metrics=classification_metrics, callbacks=callbacks, info=info)
+
+
+def dry_build(options: ErnieOptions, args) -> TaskRun:
+    """The run without its datasets (``ptrain run ernie --dry_run``): the texts are read for the
+    class names and, for a model from scratch, the vocabulary's size (from the cache a run left,
+    else counted and not stored); nothing is tokenized and nothing is written."""
+    import paddle
+
+    from .tokenizer import char_vocab_cached
+
+    splits, label_names = load_examples(options)
+    if not splits[0]:
+        raise DataError("the training split is empty: check the data files")
+    paddle.seed(args.seed)
+    if is_preset(options.model_name_or_path):
+        vocab = char_vocab_cached([e.text for e in splits[0]], options.vocab_min_freq,
+                                  _cache_dir(options, args.output_dir), write=False)
+        vocab_size = len(vocab)
+        model = build_scratch_model(scratch_config(options.model_name_or_path, vocab_size, len(label_names),
+                                                   options.max_seq_len, options.dropout, options.shape_overrides()))
+    else:
+        vocab_size = len(load_pretrained_tokenizer(options.model_name_or_path).vocab)
+        model = _pretrained_model(options, len(label_names))
+    info = {"model": options.model_name_or_path, "dataset": options.dataset, "labels": label_names,
+            "vocab_size": vocab_size, "parameters": parameter_count(model), "max_seq_len": options.max_seq_len,
+            **D.describe(splits, label_names)}
+    return TaskRun(model=model, collate_fn=collate, compute_metrics=classification_metrics, info=info)
 
 
 class ErnieExport(Export):
@@ -345,9 +373,11 @@ TASK = Task(
                 "or fine-tune ernie-1.0 / ernie-3.0 on ChnSentiCorp or your files",
     options_class=ErnieOptions,
     build=build,
+    dry_build=dry_build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
     preprocessing=preprocessing,
-    resume_may_change={"cache_dir": "where the token-id cache lives: its files are keyed by the texts, the "
-                                    "vocabulary and max_seq_len, so the ids are the same wherever they are cached"},
+    resume_may_change={"cache_dir": "where the token-id and vocabulary caches live: their files are keyed by the "
+                                    "texts, the vocabulary (or vocab_min_freq) and max_seq_len, so the ids and the "
+                                    "vocabulary are the same wherever they are cached"},
 )

@@ -103,6 +103,34 @@ def cache_key(texts: Sequence[str], fingerprint: str, max_seq_len: int) -> str:
     return h.hexdigest()[:20]
 
 
+def char_vocab_cached(texts: Sequence[str], min_freq: int, cache_dir: str, write: bool = True) -> List[str]:
+    """:func:`build_char_vocab` through the cache (``vocab-KEY.txt`` in ``cache_dir``, keyed by the
+    texts and ``min_freq``): a run over the same training texts does not count them again. With
+    ``write=False`` (a dry run) a missing entry is computed and not stored."""
+    path = os.path.join(cache_dir, f"vocab-{cache_key(texts, f'chars-min{min_freq}', 0)}.txt")
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                tokens = f.read().split("\n")[:-1]
+            if tokens[:len(SPECIAL_TOKENS)] == list(SPECIAL_TOKENS):
+                return tokens
+        except (OSError, UnicodeDecodeError):
+            pass  # unreadable: count again and overwrite
+    tokens = build_char_vocab(texts, min_freq=min_freq)
+    if write:
+        _write_replacing(path, "\n".join(tokens) + "\n")
+    return tokens
+
+
+def _write_replacing(path: str, text: str) -> None:
+    """``text`` to ``path`` through a temporary file and a rename (a reader never sees half of it)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def encode_cached(tokenizer, texts: Sequence[str], max_seq_len: int, cache_dir: str,
                   fingerprint: str = "") -> Tuple[List[np.ndarray], bool]:
     """:func:`encode` through the cache; returns ``(ids, read_from_cache)``.

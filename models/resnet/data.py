@@ -37,7 +37,7 @@ import paddle
 
 from trainer.errors import DataError
 
-from .imagefolder import ImageFolderDataset
+from .imagefolder import ImageFolderDataset, find_classes
 from .turbo import TurboImageFolder, TurboTransform
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, eval_transform, imagefolder_train
 
@@ -118,12 +118,7 @@ def digits_data(options) -> DataBundle:
 
 
 def imagefolder_data(options) -> DataBundle:
-    root = options.data_dir
-    train_dir, val_dir, test_dir = (os.path.join(root, d) for d in ("train", "val", "test"))
-    for d in (train_dir, val_dir):
-        if not os.path.isdir(d):
-            raise DataError(f"{d} does not exist: --data_dir must hold train/ and val/, each with one folder per class "
-                            "(the ImageNet layout)")
+    train_dir, val_dir, test_dir = _folder_dirs(options.data_dir)
     size, resize = options.image_size, options.resize_size
     backend = getattr(options, "data_backend", "turbo")
     if backend == "dali":
@@ -216,3 +211,30 @@ def build_datasets(options) -> DataBundle:
     """The datasets ``options.dataset`` names (see the module docstring)."""
     builders = {"digits": digits_data, "imagefolder": imagefolder_data, "cifar10": cifar10_data}
     return builders[options.dataset](options)
+
+
+def class_names(options) -> List[str]:
+    """The class names ``build_datasets(options)`` would find, without reading an image
+    (``ptrain run resnet50 --dry_run``): the digits, CIFAR-10's classes, or the sorted
+    class folders of ``data_dir/train`` (checked as ``imagefolder_data`` checks them)."""
+    if options.dataset == "digits":
+        return [str(d) for d in range(10)]
+    if options.dataset == "cifar10":
+        return list(CIFAR10_CLASSES)
+    return find_classes(_folder_dirs(options.data_dir)[0])
+
+
+def _folder_dirs(root: str) -> Tuple[str, str, str]:
+    """``root``'s train/, val/ and test/ folders; train/ and val/ must exist."""
+    train_dir, val_dir, test_dir = (os.path.join(root, d) for d in ("train", "val", "test"))
+    for d in (train_dir, val_dir):
+        if not os.path.isdir(d):
+            raise DataError(f"{d} does not exist: --data_dir must hold train/ and val/, each with one folder per class "
+                            "(the ImageNet layout)")
+    return train_dir, val_dir, test_dir
+
+
+def preprocess_for(options, names: Sequence[str]) -> Dict[str, Any]:
+    """What ``DataBundle.preprocess`` holds for ``options`` and these class names."""
+    return _preprocess(options.image_size, options.resize_size, names, options.dataset)
+

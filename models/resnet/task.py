@@ -23,7 +23,7 @@ from trainer.errors import ConfigError
 from trainer.task import Task, TaskRun
 
 from .task_callbacks import BadImages, SavePreprocess
-from .data import build_datasets
+from .data import build_datasets, class_names, preprocess_for
 from .imagefolder import BAD_IMAGE_CHOICES
 from .metrics import metrics_fn
 from .model import DEPTHS, build_resnet, load_pretrained
@@ -102,25 +102,41 @@ def build(options: ResNetOptions, args) -> TaskRun:
     if options.data_backend == "dali" and args.dataloader_num_workers > 0:
         raise ConfigError(f"--data_backend dali decodes in DALI's own threads: set --dataloader_num_workers 0 "
                           f"(it is {args.dataloader_num_workers})")
-    paddle.seed(args.seed)  # the initial weights follow the run's seed
     data = build_datasets(options)
-    model = build_resnet(options.depth, len(data.class_names), options.zero_init_residual)
-    trainable = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
-    # results.json's "task": the family (resnet50 is its other name); the network is "model"
-    info = {"task": "resnet", "model": f"resnet{options.depth}", "dataset": options.dataset, "depth": options.depth, "image_size": options.image_size,
-            "num_classes": len(data.class_names), "train_samples": len(data.train), "eval_samples": len(data.val),
-            "test_samples": len(data.test), "parameters": trainable, **data.info}
+    run = _model_run(options, args, data.class_names, data.preprocess)
+    run.info.update({"train_samples": len(data.train), "eval_samples": len(data.val),
+                     "test_samples": len(data.test), **data.info})
     if options.pretrained:
-        info.update(load_pretrained(model, options.pretrained, options.depth))
-    spec = [InputSpec([None, 3, options.image_size, options.image_size], "float32", "image")]
-    callbacks: List[Callback] = [Export(input_spec=spec, rtol=1e-4, atol=1e-4),
-                                 SavePreprocess(args.output_dir, data.preprocess)]
+        run.info.update(load_pretrained(run.model, options.pretrained, options.depth))
     datasets = [d for d in (data.train, data.val, data.test) if hasattr(d, "has_bad")]
     if datasets:
-        callbacks.append(BadImages(datasets, options.bad_images, info))
+        run.callbacks.append(BadImages(datasets, options.bad_images, run.info))
+    run.train_dataset, run.eval_dataset, run.test_dataset = data.train, data.val, data.test
+    return run
+
+
+def dry_build(options: ResNetOptions, args) -> TaskRun:
+    """The run without its data (``ptrain run resnet50 --dry_run``): the class names come from
+    the folder names (or the dataset's fixed classes), no image is read, no weights are loaded."""
+    names = class_names(options)
+    run = _model_run(options, args, names, preprocess_for(options, names))
+    if options.pretrained:
+        run.info["pretrained"] = f"{options.pretrained} (not loaded for a dry run)"
+    return run
+
+
+def _model_run(options: ResNetOptions, args, names: List[str], preprocess: dict) -> TaskRun:
+    """The model, loss, metrics, export callbacks and info of a run over ``names`` classes."""
+    paddle.seed(args.seed)  # the initial weights follow the run's seed
+    model = build_resnet(options.depth, len(names), options.zero_init_residual)
+    trainable = sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
+    # results.json's "task": the family (resnet50 is its other name); the network is "model"
+    info = {"task": "resnet", "model": f"resnet{options.depth}", "dataset": options.dataset, "depth": options.depth,
+            "image_size": options.image_size, "num_classes": len(names), "parameters": trainable}
+    spec = [InputSpec([None, 3, options.image_size, options.image_size], "float32", "image")]
+    callbacks: List[Callback] = [Export(input_spec=spec, rtol=1e-4, atol=1e-4), SavePreprocess(args.output_dir, preprocess)]
     loss = paddle.nn.CrossEntropyLoss(label_smoothing=options.label_smoothing)
-    return TaskRun(model=model, train_dataset=data.train, eval_dataset=data.val, test_dataset=data.test,
-                   loss_fn=loss, compute_metrics=metrics_fn(5), callbacks=callbacks, info=info)
+    return TaskRun(model=model, loss_fn=loss, compute_metrics=metrics_fn(5), callbacks=callbacks, info=info)
 
 
 TASK = Task(
@@ -129,6 +145,7 @@ TASK = Task(
                 "digits (recipe demo18: ResNet-18), ImageNet recipes",
     options_class=ResNetOptions,
     build=build,
+    dry_build=dry_build,
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     predict=predict,
     preprocessing=preprocessing,

@@ -102,6 +102,26 @@ def test_ptrain_run_writes_results_and_an_inference_model_that_predicts(tmp_path
     assert all(r["label"] in ("negative", "positive") and 0.5 <= r["score"] <= 1 for r in rows)
 
 
+def test_dry_build_gives_the_model_and_info_of_the_build_without_tokenizing(tmp_path, data_dir):
+    """``ptrain run ernie --dry_run``: the same labels, vocabulary size, parameter count and split
+    sizes as the full build, with no dataset built, nothing tokenized and nothing written."""
+    from models.ernie.task import dry_build
+
+    options = ErnieOptions(data_dir=data_dir, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_seq_len=48)
+    args = TrainingArguments(output_dir=str(tmp_path / "dry"), report_to=[])
+    dry = dry_build(options, args)
+    assert dry.train_dataset is None and dry.eval_dataset is None and not os.path.exists(tmp_path / "dry")
+    assert dry.info["parameters"] == sum(int(np.prod(p.shape)) for p in dry.model.parameters())
+    args.output_dir = str(tmp_path / "run")
+    full = build(options, args)
+    assert {k: full.info[k] for k in dry.info} == dry.info
+    assert (dry.info["train_samples"], dry.info["labels"]) == (300, ["negative", "positive"])
+    assert list((tmp_path / "run" / "cache").glob("vocab-*.txt"))  # the run keeps the vocabulary it counted
+    args.output_dir = str(tmp_path / "run")
+    assert dry_build(options, args).info == dry.info  # read from that cache
+
+
 def test_two_processes_evaluate_the_whole_dev_set_once(tmp_path, data_dir):
     """2 processes (gloo): metrics over the gathered predictions equal what the exported model scores on dev."""
     out = tmp_path / "run2"

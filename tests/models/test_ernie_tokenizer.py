@@ -108,3 +108,20 @@ def test_masking_collator_hides_only_ordinary_tokens():
     assert (flat[positions] == MASK_ID).mean() > 0.5
     untouched = np.setdiff1d(np.arange(flat.size), positions)
     assert np.array_equal(flat[untouched], original.reshape(-1)[untouched])
+
+
+def test_the_vocabulary_cache_gives_the_counted_vocabulary_and_a_dry_run_writes_none(tmp_path):
+    from models.ernie.tokenizer import char_vocab_cached
+
+    counted = build_char_vocab(TEXTS, min_freq=1)
+    assert char_vocab_cached(TEXTS, 1, str(tmp_path / "dry"), write=False) == counted
+    assert not (tmp_path / "dry").exists()  # a dry run stores nothing
+    assert char_vocab_cached(TEXTS, 1, str(tmp_path)) == counted
+    cached = list(tmp_path.glob("vocab-*.txt"))
+    assert len(cached) == 1
+    cached[0].write_text("[PAD]\n[CLS]\n[SEP]\n[UNK]\n[MASK]\n好\n", encoding="utf-8")  # what a cache entry is read as
+    assert char_vocab_cached(TEXTS, 1, str(tmp_path)) == list(SPECIAL_TOKENS) + ["好"]
+    cached[0].write_text("garbage\n", encoding="utf-8")  # not a vocabulary: counted again, rewritten
+    assert char_vocab_cached(TEXTS, 1, str(tmp_path)) == counted and cached[0].read_text(encoding="utf-8").split() == counted
+    assert char_vocab_cached(TEXTS, 2, str(tmp_path)) == build_char_vocab(TEXTS, min_freq=2)  # another key
+    assert len(list(tmp_path.glob("vocab-*.txt"))) == 2

@@ -249,3 +249,29 @@ def test_option_defaults_follow_the_dataset(tmp_path):
     assert (ResNetOptions().dataset, ResNetOptions().image_size) == ("digits", 32)
     folder = ResNetOptions(data_dir=str(tmp_path))
     assert (folder.dataset, folder.image_size, folder.resize_size) == ("imagefolder", 224, 256)
+
+
+def test_dry_build_names_the_folder_classes_without_reading_an_image(tmp_path):
+    """``ptrain run resnet50 --dry_run`` on an ImageFolder: the model and info of the full build,
+    from the folder names alone (every image file here is unreadable, none is opened)."""
+    from models.resnet.task import build, dry_build
+    from trainer import TrainingArguments
+
+    root = _folder(str(tmp_path / "data"), corrupt=False)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])
+    options = ResNetOptions(depth=18, data_dir=root, image_size=32)
+    full = build(options, args)
+    for split in ("train", "val"):  # now no file of the tree can be decoded
+        for c in ("cat", "dog", "eel"):
+            for name in os.listdir(os.path.join(root, split, c)):
+                with open(os.path.join(root, split, c, name), "wb") as f:
+                    f.write(b"not an image")
+    dry = dry_build(options, args)
+    assert dry.train_dataset is None and dry.eval_dataset is None and dry.test_dataset is None
+    assert {k: full.info[k] for k in dry.info} == dry.info and dry.info["num_classes"] == 3
+    assert dry.info["parameters"] == full.info["parameters"] == sum(
+        int(np.prod(p.shape)) for p in dry.model.parameters() if not p.stop_gradient)
+    assert "train_samples" not in dry.info
+    os.rename(os.path.join(root, "val"), os.path.join(root, "valid"))
+    with pytest.raises(DataError, match="val does not exist"):
+        dry_build(options, args)

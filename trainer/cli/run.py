@@ -80,8 +80,9 @@ def run_here(task, options, args, dry_run: bool) -> int:
     trainer.run_identity = task.run_identity(options)  # the task's options: compared on resume like the args
     if dry_run:
         print(f"task: {task.name}  options: {options}")
-        print("info: " + json.dumps(run.info, sort_keys=True)
-              + ("  (data not loaded for a dry run)" if task.dry_build is not None else ""))
+        print("info: " + json.dumps(run.info, sort_keys=True))  # one JSON object: scripts read it
+        if task.dry_build is not None:
+            print("(datasets not built for a dry run)")
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
         return 0
