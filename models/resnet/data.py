@@ -38,7 +38,7 @@ import paddle
 from trainer.errors import DataError
 
 from .imagefolder import ImageFolderDataset, find_classes
-from .turbo import TurboTransform
+from .turbo import TurboImageFolder, TurboTransform
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, eval_transform, imagefolder_train
 
 logger = logging.getLogger("models.resnet")
@@ -123,8 +123,8 @@ def imagefolder_data(options) -> DataBundle:
     backend = getattr(options, "data_backend", "turbo")
     if backend == "dali":
         from .dali import DaliImageFolder as Folder
-    else:
-        Folder = ImageFolderDataset
+    else:  # turbo: batches assembled in place; pillow: one sample at a time, collated by the loader
+        Folder = TurboImageFolder if backend == "turbo" else ImageFolderDataset
     train_t, eval_t = _folder_transforms(backend, size, resize, options.augment)
     train = Folder(train_dir, train_t, bad_images=options.bad_images)
     classes = train.classes

@@ -141,13 +141,18 @@ class ImageFolderDataset(paddle.io.Dataset):
         return os.path.join(self.root, self.paths[i].decode("utf-8"))
 
     def __getitem__(self, i: int):
+        return self.sample(i)
+
+    def sample(self, i: int, out: Optional[np.ndarray] = None):
+        """``(pixels, label)`` of image ``i``, or of the next readable one (see the module docstring).
+        With ``out`` (a transform with ``from_file(path, out=...)``) the pixels are written into it."""
         n = len(self.labels)
         for attempt in range(min(n, MAX_CONSECUTIVE_BAD)):
             j = (int(i) + attempt) % n
             if self._bad[j]:
                 continue
             try:
-                pixels = self._load(self.path(j))
+                pixels = self._load(self.path(j), out)
             except BadImageError as exc:  # never raise here (see the module docstring)
                 self._bad[j] = 1
                 self._any_bad.value = 1
@@ -160,12 +165,16 @@ class ImageFolderDataset(paddle.io.Dataset):
         self._broken.value = 1
         from PIL import Image
 
-        return self.transform(Image.new("RGB", (8, 8))), self.labels[int(i)]
+        pixels = self.transform(Image.new("RGB", (8, 8)))
+        if out is not None:
+            out[...] = pixels
+            pixels = out
+        return pixels, self.labels[int(i)]
 
-    def _load(self, path: str):
+    def _load(self, path: str, out: Optional[np.ndarray] = None):
         from_file = getattr(self.transform, "from_file", None)
         if from_file is not None:
-            return from_file(path)  # raises BadImageError for an unreadable file
+            return from_file(path) if out is None else from_file(path, out=out)  # BadImageError if unreadable
         return self.transform(read_rgb(path))
 
     def has_bad(self) -> bool:

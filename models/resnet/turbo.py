@@ -1,5 +1,6 @@
-"""The fast ImageFolder pipeline (``--data_backend turbo``, the default): JPEGs
-decoded by libjpeg-turbo at a reduced DCT scale, cropped, then resized by OpenCV.
+"""The fast ImageFolder pipeline (``--data_backend turbo``, the default): of each
+JPEG only the crop box decoded (or the whole image at a reduced DCT scale) by
+libjpeg-turbo, then resized by OpenCV, straight into the batch.
 
 Per JPEG file (:meth:`TurboTransform.from_file`):
 
@@ -14,8 +15,23 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
    the accurate ones;
 4. crop first, then one antialiased resize of the crop to the output size
    (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out
-   (``cv2.split``: faster than a transposed copy).
-   The model normalizes on the device as with every other backend.
+   (``cv2.split`` into the three planes of the output: faster than a
+   transposed copy). The model normalizes on the device as with every other
+   backend.
+
+:class:`TurboImageFolder` (the dataset of this backend) assembles batches in
+place: its ``__getitems__`` writes each image straight into its slot of one
+``(B, 3, size, size)`` uint8 array and hands the loader that array
+(``trainer.data.batch.AssembledBatch``), so no per-sample arrays are stacked
+again, in the training process or in a DataLoader worker. And it decodes less:
+step 3 above becomes, for a complete JPEG whose box needs the full size, a
+region decode of just the box, all the batch's boxes in one call
+(:mod:`models.resnet.jpeg_regions`, nvImageCodec's libjpeg-turbo: it skips the
+IDCT and colour conversion outside the box and stops after its last row;
+the same pixels as the whole image cut to the box). The RNG draws are those
+of one-by-one decoding, in the same order; only a file the region decode
+fails on is decoded one by one after the rest, with new draws (deterministic
+still, so resumed runs match).
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
 ...), CMYK/YCCK JPEGs, and any JPEG libjpeg-turbo will not decode strictly
@@ -40,8 +56,11 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from trainer.data.batch import AssembledBatch
+
+from . import jpeg_regions
 from .crops import center_crop_box, flip_coin, random_resized_crop_box
-from .imagefolder import read_rgb
+from .imagefolder import ImageFolderDataset, read_rgb
 
 JPEG_MAGIC = b"\xff\xd8"
 TURBO_COLORSPACES = ("YCbCr", "Gray", "RGB")  # CMYK and YCCK go to Pillow
@@ -82,19 +101,33 @@ class TurboTransform:
             return random_resized_crop_box(height, width)
         return center_crop_box(height, width, self.size, self.resize)
 
-    def from_file(self, path: str) -> np.ndarray:
+    def from_file(self, path: str, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The file's pixels, uint8 CHW; written into ``out`` (``(3, size, size)`` uint8) when given."""
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
             data = b""  # missing or unreadable: read_rgb below names the file (BadImageError)
         if data[:2] == JPEG_MAGIC:
-            pixels = self._decode_jpeg(data)
+            pixels = self._decode_jpeg(data, out)
             if pixels is not None:
                 return pixels
-        return self(read_rgb(path))  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
+        return self(read_rgb(path), out)  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
 
-    def _decode_jpeg(self, data: bytes) -> Optional[np.ndarray]:
+    def _decode_jpeg(self, data: bytes, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        planned = self.plan(data)
+        if planned is None:
+            return None
+        height, width, box, flip = planned
+        try:
+            image, scaled_box = self.decode_scaled(data, height, width, box)
+        except ValueError:  # truncated or damaged: Pillow decides
+            return None
+        return self._finish(image, scaled_box, flip, out)
+
+    def plan(self, data: bytes):
+        """``(height, width, box, flip)`` of a JPEG that libjpeg-turbo decodes (read from its header; the
+        box and flip drawn as Pillow's path draws them), or None for one Pillow must decode (CMYK, ...)."""
         import simplejpeg
 
         try:
@@ -104,12 +137,7 @@ class TurboTransform:
         if colorspace not in TURBO_COLORSPACES or height < 1 or width < 1:
             return None
         box = self.box(height, width)  # drawn before decoding: the RNG use matches Pillow's path
-        flip = self.train and flip_coin()
-        try:
-            image, scaled_box = self.decode_scaled(data, height, width, box)
-        except ValueError:  # truncated or damaged: Pillow decides
-            return None
-        return self._finish(image, scaled_box, flip)
+        return height, width, box, self.train and flip_coin()
 
     def decode_scaled(self, data: bytes, height: int, width: int, box):
         """The JPEG decoded at :func:`dct_scale` of ``box`` (libjpeg-turbo), and ``box`` in its pixels.
@@ -123,23 +151,38 @@ class TurboTransform:
         top, left, h, w = box
         return image, (top * fy, left * fx, h * fy, w * fx)
 
-    def __call__(self, image) -> np.ndarray:
+    def __call__(self, image, out: Optional[np.ndarray] = None) -> np.ndarray:
         array = np.asarray(image, dtype="uint8")
         if array.ndim == 2:
             array = np.repeat(array[:, :, None], 3, axis=2)
         box = self.box(array.shape[0], array.shape[1])
-        return self._finish(array, box, self.train and flip_coin())
+        return self._finish(array, box, self.train and flip_coin(), out)
 
-    def _finish(self, image: np.ndarray, box, flip: bool) -> np.ndarray:
-        top, left, h, w = box
-        y0, x0 = int(round(top)), int(round(left))
-        y1 = min(image.shape[0], max(y0 + 1, int(round(top + h))))
-        x1 = min(image.shape[1], max(x0 + 1, int(round(left + w))))
-        out = resize_antialiased(image[y0:y1, x0:x1], self.size)
+    def _finish(self, image: np.ndarray, box, flip: bool, out: Optional[np.ndarray] = None) -> np.ndarray:
+        y0, x0, y1, x1 = pixel_region(box, image.shape[0], image.shape[1])
+        return self.finish_crop(image[y0:y1, x0:x1], flip, out)
+
+    def finish_crop(self, crop: np.ndarray, flip: bool, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The cut-out box (HWC uint8) resized, [flipped,] as uint8 CHW (into ``out`` when given)."""
+        hwc = resize_antialiased(crop, self.size)
         cv2 = _opencv()
         if flip:
-            out = cv2.flip(out, 1)
-        return np.stack(cv2.split(out))  # CHW, contiguous (np.stack of strided views is 2.5x slower)
+            hwc = cv2.flip(hwc, 1)
+        chw = np.empty((3, self.size, self.size), dtype="uint8") if out is None else out
+        mv = [chw[0], chw[1], chw[2]]
+        planes = cv2.split(hwc, mv)  # into the planes: no per-plane arrays, no np.stack copy
+        if planes[0] is not mv[0]:  # OpenCV allocated planes of its own after all
+            chw[...] = planes
+        return chw
+
+
+def pixel_region(box, height: int, width: int) -> Tuple[int, int, int, int]:
+    """``(y0, x0, y1, x1)``: the whole pixels of an image of ``height`` x ``width`` that ``box`` cuts (at least one)."""
+    top, left, h, w = box
+    y0, x0 = int(round(top)), int(round(left))
+    y1 = min(height, max(y0 + 1, int(round(top + h))))
+    x1 = min(width, max(x0 + 1, int(round(left + w))))
+    return y0, x0, y1, x1
 
 
 def dct_scale(height: float, width: float, size: int) -> int:
@@ -173,6 +216,75 @@ def resize_antialiased(image: np.ndarray, size: int) -> np.ndarray:
     ry, rx = image.shape[0] / size, image.shape[1] / size
     if ry >= 2 or rx >= 2:
         return cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA)
-    if ry >= 1.25 or rx >= 1.25:
-        image = cv2.GaussianBlur(image, (3 if rx >= 1.25 else 1, 3 if ry >= 1.25 else 1), 0)
+    if ry >= 1.25 or rx >= 1.25:  # on a contiguous copy of the crop: ~15% faster than on the view
+        image = cv2.GaussianBlur(np.ascontiguousarray(image), (3 if rx >= 1.25 else 1, 3 if ry >= 1.25 else 1), 0)
     return cv2.resize(image, (size, size), interpolation=cv2.INTER_LINEAR)
+
+
+class TurboImageFolder(ImageFolderDataset):
+    """:class:`~models.resnet.imagefolder.ImageFolderDataset` of a :class:`TurboTransform`, whose
+    ``__getitems__(indices)`` writes the batch's images straight into one ``(B, 3, size, size)`` uint8
+    array (bad images skipped or failed as one by one). Returns the samples (views of that array, with
+    their labels) as an :class:`~trainer.data.batch.AssembledBatch` of ``[images, labels]``: what
+    ``default_collate_fn`` would build, without building it again."""
+
+    def __init__(self, root: str, transform: TurboTransform, **kwargs):
+        if not isinstance(transform, TurboTransform):
+            raise TypeError(f"TurboImageFolder needs a TurboTransform, not {type(transform).__name__}")
+        super().__init__(root, transform, **kwargs)
+        self.region_decoded = 0  # images of this process's batches decoded box only (nvImageCodec)
+        # the decoders imported here, once: forked DataLoader workers inherit them (~70 ms of CPU each, every epoch)
+        jpeg_regions.available()
+        _opencv()
+
+    def __getitems__(self, indices):
+        size, transform = self.transform.size, self.transform
+        images = np.empty((len(indices), 3, size, size), dtype="uint8")
+        labels = np.empty(len(indices), dtype="int64")
+        regions = []  # (slot, index, file bytes, pixel region, flip): decoded together below
+        use_regions = jpeg_regions.available()
+        for k, i in enumerate(indices):
+            planned = self._plan_region(int(i), images[k]) if use_regions else None
+            if planned is None:  # one by one, into its slot: other files, bad ones, no nvImageCodec
+                labels[k] = self.sample(int(i), out=images[k])[1]
+                continue
+            labels[k] = self.labels[int(i)]
+            if planned is not _DONE:  # else decoded at a reduced DCT scale into its slot already
+                regions.append((k, int(i)) + planned)
+        decoded = jpeg_regions.decode_regions([r[2] for r in regions], [r[3] for r in regions], fast=transform.train)
+        for (k, i, _, _, flip), crop in zip(regions, decoded):
+            if crop is None:  # nvImageCodec did not decode it: one by one, as any other file
+                labels[k] = self.sample(i, out=images[k])[1]
+            else:
+                transform.finish_crop(crop, flip, images[k])
+                self.region_decoded += 1
+        return AssembledBatch([(images[k], labels[k]) for k in range(len(indices))], [images, labels])
+
+    def _plan_region(self, i: int, out: np.ndarray):
+        """For a complete JPEG whose box needs the full-size decode: ``(bytes, region, flip)`` for the batch's
+        region decode. A box small enough for a reduced DCT scale is decoded here into ``out`` (``_DONE``).
+        None (nothing drawn from the RNGs yet, or a decode failed): :meth:`sample` decodes it."""
+        if self._bad[i]:
+            return None
+        try:
+            with open(self.path(i), "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        if data[:2] != JPEG_MAGIC or not jpeg_regions.complete(data):
+            return None
+        planned = self.transform.plan(data)
+        if planned is None:
+            return None
+        height, width, box, flip = planned
+        if dct_scale(box[2], box[3], self.transform.size) > 1:
+            try:
+                image, scaled_box = self.transform.decode_scaled(data, height, width, box)
+            except ValueError:
+                return None
+            self.transform._finish(image, scaled_box, flip, out)
+            return _DONE
+        return data, pixel_region(box, height, width), flip
+
+
+_DONE = object()  # _plan_region: decoded into its slot already

@@ -167,3 +167,115 @@ def test_imagefolder_data_returns_uint8_chw_samples_with_labels(tmp_path, backen
     if backend == "turbo":
         assert isinstance(bundle.train.transform, TurboTransform) and bundle.train.transform.train
         assert not bundle.val.transform.train
+
+
+# ---- batches assembled in place, crop boxes decoded as regions ------------------------------------
+def _batch_tree(root):
+    """JPEGs of several sizes (one large enough for a reduced DCT scale), gray, CMYK, PNG, a truncated JPEG."""
+    _tree(root, corrupt=True)
+    save(os.path.join(root, "train", "cat", "big.jpg"), photo(700, 900, seed=3), quality=90)
+    return root
+
+
+@pytest.mark.parametrize("regions", [True, False], ids=["region-decode", "without-nvimgcodec"])
+@pytest.mark.parametrize("train", [True, False], ids=["training", "evaluation"])
+def test_a_batch_is_the_one_by_one_samples_written_in_place(tmp_path, monkeypatch, regions, train):
+    """__getitems__ (region decode of each box, or the whole-image path without nvImageCodec) gives exactly
+    the samples of one-by-one __getitem__ calls from the same RNG state, as default_collate_fn would stack them."""
+    from paddle.io.dataloader.collate import default_collate_fn
+
+    from models.resnet import jpeg_regions
+    from models.resnet.turbo import TurboImageFolder
+    from trainer.data.batch import AssembledBatch, default_collate
+
+    if not regions:
+        monkeypatch.setattr(jpeg_regions, "_missing", "switched off by the test")
+    assert jpeg_regions.available() == regions
+    root = _batch_tree(str(tmp_path / "data"))
+    transform = TurboTransform.for_training(96) if train else TurboTransform.for_evaluation(96, 108)
+    one_by_one = TurboImageFolder(os.path.join(root, "train"), transform, bad_images="skip")
+    batched = TurboImageFolder(os.path.join(root, "train"), transform, bad_images="skip")
+    indices = list(range(len(one_by_one)))[::-1]  # the truncated file and the big one included
+    for seed in (0, 1):
+        random.seed(seed)
+        np.random.seed(seed)
+        expected = default_collate_fn([one_by_one[i] for i in indices])
+        random.seed(seed)
+        np.random.seed(seed)
+        got = batched.__getitems__(indices)
+        assert isinstance(got, AssembledBatch) and len(got) == len(indices)
+        images, labels = default_collate(got)
+        assert images.dtype == np.uint8 and images.shape == (len(indices), 3, 96, 96)
+        assert np.array_equal(images, expected[0]) and np.array_equal(labels, expected[1])
+        assert all(np.shares_memory(x, images) for x, _ in got)  # the samples are the batch's rows
+    assert batched.bad_paths() == one_by_one.bad_paths() == [os.path.join(root, "train", "dog", "2.jpg")]
+    # the 9 whole small JPEGs and 2 gray ones take the region decode (the big one a reduced DCT scale, mostly)
+    assert (batched.region_decoded >= 2 * 9) if regions else batched.region_decoded == 0
+
+
+def test_the_region_decode_cuts_the_box_of_the_whole_image_decode(tmp_path):
+    """nvImageCodec's region of a JPEG is the same pixels as libjpeg-turbo's whole image cut to that box."""
+    import simplejpeg
+
+    from models.resnet import jpeg_regions
+
+    data = open(save(str(tmp_path / "a.jpg"), photo(375, 500, seed=4), quality=90), "rb").read()
+    gray = open(save(str(tmp_path / "g.jpg"), photo(200, 240, seed=5), "L", quality=90), "rb").read()
+    regions = [(17, 33, 301, 420), (0, 0, 375, 500), (100, 7, 101, 8)]
+    for fast in (True, False):
+        full = simplejpeg.decode_jpeg(data, fastdct=fast, fastupsample=fast)
+        got = jpeg_regions.decode_regions([data] * 3, regions, fast=fast)
+        for (y0, x0, y1, x1), crop in zip(regions, got):
+            assert np.array_equal(crop, full[y0:y1, x0:x1])
+        gray_crop, = jpeg_regions.decode_regions([gray], [(10, 20, 110, 220)], fast=fast)
+        assert gray_crop is None or mad(gray_crop, read_rgb(str(tmp_path / "g.jpg")).crop((20, 10, 220, 110))) < 1
+    assert not jpeg_regions.complete(data[: len(data) // 2]) and jpeg_regions.complete(data)
+
+
+def test_a_run_with_two_loader_workers_resumed_at_a_step_boundary_ends_bitwise_equal(tmp_path):
+    """Workers build whole batches (region decode), each seeded from (seed, epoch, its first index): a run
+    resumed from step 3 cuts the same boxes and flips as the uninterrupted one, whichever worker builds them."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+    from safetensors.numpy import load_file
+
+    _tree(str(tmp_path / "data"), corrupt=False)
+    common = ["run", "resnet", "--data_dir", "data", "--depth", "18", "--image_size", "64", "--resize_size", "72",
+              "--per_device_train_batch_size", "4", "--dataloader_num_workers", "2", "--max_steps", "6",
+              "--save_strategy", "steps", "--save_steps", "3", "--save_total_limit", "5", "--evaluation_strategy", "no",
+              "--disable_tqdm", "true", "--logging_steps", "1"]
+
+    def ptrain(*args):
+        out = subprocess.run([sys.executable, "-m", "trainer.cli", *common, *args], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+        assert out.returncode == 0, out.stderr[-3000:]
+
+    ptrain("--output_dir", "full")
+    ptrain("--output_dir", "resumed", "--resume_from_checkpoint", os.path.join("full", "checkpoints", "step-3"))
+    a = load_file(str(tmp_path / "full" / "checkpoints" / "step-6" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "checkpoints" / "step-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_assembled_batches_skip_and_count_a_corrupt_jpeg_through_the_trainers_loader(tmp_path, workers):
+    """The Trainer's loader (whole batches per worker fetch): batches keep their size, the truncated file
+    is marked in the shared flags whichever process met it, and fail mode names it."""
+    from models.resnet.turbo import TurboImageFolder
+    from trainer.data import ResumableDistributedBatchSampler, SeededDataset, close_iterator, make_loader
+
+    root = _tree(str(tmp_path / "data"))
+    ds = TurboImageFolder(os.path.join(root, "train"), TurboTransform.for_training(32), bad_images="skip")
+    sampler = ResumableDistributedBatchSampler(len(ds), 4, shuffle=True, seed=0, drop_last=True)
+    assert len(ds.__getitems__([0, 1])) == 2  # this process's region decoder exists before the workers fork
+    it = iter(make_loader(SeededDataset(ds, 0) if workers else ds, sampler, None, workers))
+    try:
+        shapes = [(tuple(x.shape), str(x.dtype)) for x, _ in it]
+    finally:
+        close_iterator(it)
+    assert shapes == [((4, 3, 32, 32), "paddle.uint8")] * 4
+    assert ds.bad_paths() == [os.path.join(root, "train", "dog", "2.jpg")]
+    with pytest.raises(BadImageError, match="2.jpg"):
+        BadImages([ds], "fail", info={})._check()

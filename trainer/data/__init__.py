@@ -4,7 +4,8 @@ Owns: the resumable training sampler and the sharded evaluation sampler
 (``samplers``), loaders and their workers (``loader``), ``IterableDataset``
 streams sharded by rank (``iterable``), dropping the columns a model does not
 take (``columns``), naming the sample behind a bad batch (``batch_errors``), and
-reading a batch's size and labels (``batch``).
+reading a batch's size and labels, and a batch a dataset assembled itself
+(``batch``: ``AssembledBatch``, handed on without being collated again).
 
 May import: ``trainer.errors``, ``trainer.process`` (DataLoader workers die with
 the training process) and ``callbacks.base`` (a stream's position travels in
@@ -12,8 +13,8 @@ checkpoints as a callback's state); never the loop, checkpoints, the launcher or
 the commands.
 
 Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.checkpoint.resume``
-(the training set's length), and tasks that bring their own sampler
-(``models.ernie.batching``).
+(the training set's length), tasks that bring their own sampler
+(``models.ernie.batching``) or build their own batches (``models.resnet.turbo``).
 """
 
 from .loader import InProcessLoader, SeededDataset, abandon_iterator, close_iterator, dataset_length, make_loader

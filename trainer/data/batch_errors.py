@@ -49,7 +49,8 @@ def load_batch(dataset, indices: Sequence[int], collate_fn) -> Any:
 
 def _getitems(getitems, indices: Sequence[int]) -> list:
     try:
-        samples = list(getitems(list(indices)))
+        samples = getitems(list(indices))
+        samples = samples if isinstance(samples, list) else list(samples)  # an AssembledBatch stays one
     except TrainerError:
         raise
     except Exception as exc:

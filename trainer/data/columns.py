@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Callable, Iterable, Optional
 
-from paddle.io.dataloader.collate import default_collate_fn
+from .batch import default_collate
 
 LABEL_KEYS = ("labels", "label", "label_ids", "start_positions", "end_positions")
 
@@ -42,7 +42,7 @@ class ColumnFilter:
 
     def __init__(self, keep: frozenset, collate_fn: Optional[Callable]):
         self.keep = keep
-        self.collate_fn = collate_fn or default_collate_fn
+        self.collate_fn = collate_fn or default_collate
 
     def strip(self, sample):
         if isinstance(sample, Mapping) and any(k not in self.keep for k in sample):

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import random
 import re
@@ -16,10 +15,9 @@ from typing import Optional, Tuple
 import numpy as np
 import paddle
 from paddle.io import BatchSampler, DataLoader
-from paddle.io.dataloader.collate import default_collate_fn
-
 from ..errors import DataError
 from ..process import dataloader_worker_init
+from .batch import default_collate
 from .batch_errors import load_batch
 
 
@@ -43,12 +41,19 @@ class SeededDataset(paddle.io.Dataset):
     seeded from ``(seed, e, i)``, so random augmentation in DataLoader workers
     does not depend on which worker fetched the sample or on where a resumed
     run started. Costs about 8 microseconds per sample (in the worker).
+
+    A dataset with ``__getitems__(indices)`` is fetched a batch at a time
+    (:func:`make_loader`), under one seed of ``(seed, e, first index of the
+    batch)``: a resumed run starts at a batch boundary, so its batches and
+    their draws are the uninterrupted run's.
     """
 
     def __init__(self, dataset, seed: int):
         self.dataset = dataset
         self.seed = seed
         self.epoch = 0
+        if hasattr(dataset, "__getitems__"):  # only then: load_batch and make_loader look for it
+            self.__getitems__ = self._getitems
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -56,11 +61,18 @@ class SeededDataset(paddle.io.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index):
+    def _seed(self, index) -> None:
         sample_seed = (self.seed * 1_000_003 + self.epoch) * 2_147_483_647 + int(index)
         random.seed(sample_seed)
         np.random.seed(sample_seed % (2 ** 32))
+
+    def __getitem__(self, index):
+        self._seed(index)
         return self.dataset[index]
+
+    def _getitems(self, indices):
+        self._seed(indices[0])
+        return self.dataset.__getitems__(indices)
 
 
 class InProcessLoader:
@@ -78,7 +90,7 @@ class InProcessLoader:
     def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None):
         self.dataset = dataset
         self.batch_sampler = batch_sampler
-        self.collate_fn = collate_fn or default_collate_fn
+        self.collate_fn = collate_fn or default_collate
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -155,25 +167,68 @@ def close_iterator(iterator) -> None:
     before its ``StopIteration``; paddle's multi-process iterator is then kept
     alive by its own reader thread, and its workers with it (one set leaked
     per epoch). Its workers get the same bounded shutdown as a failed
-    iterator (:func:`abandon_iterator`); a generator is closed.
+    iterator (:func:`abandon_iterator`); a generator is closed. The
+    iterator's pipes go with it when paddle's reader thread, which holds it,
+    ends (within its 5-second poll): no ``gc.collect()`` here, which cost
+    ~80 ms of CPU per epoch in a process with paddle loaded and freed nothing
+    that reference counting does not.
     """
     if hasattr(iterator, "_shutdown_on_exit"):
         abandon_iterator(iterator)
-        # its queues' pipes are freed with the iterator, which sits in a reference cycle (its reader
-        # thread's bound method): collect it now, not at some later collection (6 fds per epoch otherwise).
-        # Costs milliseconds, once per epoch, next to starting the workers' processes.
-        gc.collect()
     elif hasattr(iterator, "close"):
         iterator.close()
+
+
+class BatchFetches(paddle.io.Dataset):
+    """A ``__getitems__`` dataset as paddle's workers see it: item ``indices`` (a tuple) is the batch's samples,
+    fetched in one ``__getitems__`` call (paddle 3.3's fetcher calls ``dataset[i]`` once per index)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, indices):
+        return self.dataset.__getitems__(list(indices))
+
+
+class OneFetchPerBatch(BatchSampler):
+    """``batch_sampler``'s batches, each as a one-item batch ``[tuple(indices)]`` for :class:`BatchFetches`."""
+
+    def __init__(self, batch_sampler):
+        self.batch_sampler = batch_sampler
+
+    def __iter__(self):
+        for indices in self.batch_sampler:
+            yield [tuple(int(i) for i in indices)]
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+class CollateFetched:
+    """The collate step of a :class:`BatchFetches` batch: ``collate_fn`` of its one item's samples (picklable)."""
+
+    def __init__(self, collate_fn):
+        self.collate_fn = collate_fn or default_collate
+
+    def __call__(self, fetched):
+        return self.collate_fn(fetched[0])
 
 
 def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0):
     """An :class:`InProcessLoader` without workers, else a ``paddle.io.DataLoader`` with
     ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`).
     The workers ignore SIGTERM/SIGINT and die with the training process
-    (``trainer.process.dataloader_worker_init``)."""
+    (``trainer.process.dataloader_worker_init``). A dataset with ``__getitems__``
+    is asked for whole batches there too (:class:`BatchFetches`), and a batch it
+    assembled itself (``trainer.data.batch.AssembledBatch``) is not collated again."""
     if num_workers == 0:
         return InProcessLoader(dataset, batch_sampler, collate_fn)
-    return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn,
+    if hasattr(dataset, "__getitems__"):
+        dataset, batch_sampler = BatchFetches(dataset), OneFetchPerBatch(batch_sampler)
+        collate_fn = CollateFetched(collate_fn)
+    return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn or default_collate,
                       num_workers=num_workers, return_list=True, persistent_workers=False,
                       worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
