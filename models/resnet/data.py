@@ -35,6 +35,8 @@ from urllib.parse import urlparse
 import numpy as np
 import paddle
 
+from models import splits
+from models.digits.data import digits_arrays
 from trainer.errors import DataError
 
 from .imagefolder import ImageFolderDataset, find_classes
@@ -79,26 +81,18 @@ class DataBundle:
 def stratified_split(labels: np.ndarray, val_fraction: float, test_fraction: float,
                      seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Disjoint, sorted train/val/test index arrays covering ``labels``; each class
-    keeps its share in every part; the same seed gives the same split."""
-    from sklearn.model_selection import train_test_split
-
-    index = np.arange(len(labels))
-    rest, test = (index, index[:0]) if test_fraction == 0 else train_test_split(
-        index, test_size=test_fraction, random_state=seed, stratify=labels)
-    val_share = val_fraction / (1.0 - test_fraction)
-    train, val = train_test_split(rest, test_size=val_share, random_state=seed, stratify=labels[rest])
-    return np.sort(train), np.sort(val), np.sort(test)
+    keeps its share in every part; the same seed gives the same split (:mod:`models.splits`)."""
+    return tuple(np.sort(part) for part in splits.stratified_split(labels, val_fraction, test_fraction, seed))
 
 
 def render_digits(size: int) -> Tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits as ``(N, size, size, 3)`` uint8 images (ink bright) and int64 labels."""
     from PIL import Image
-    from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    small = np.clip(np.rint(digits.images * (255.0 / 16.0)), 0, 255).astype("uint8")
+    pixels, labels = digits_arrays()
+    small = np.clip(np.rint(pixels.reshape(-1, 8, 8) * (255.0 / 16.0)), 0, 255).astype("uint8")
     big = np.stack([np.asarray(Image.fromarray(im, mode="L").resize((size, size), Image.BILINEAR)) for im in small])
-    return np.repeat(big[..., None], 3, axis=3), digits.target.astype("int64")
+    return np.repeat(big[..., None], 3, axis=3), labels
 
 
 def _preprocess(size: int, resize: int, class_names: Sequence[str], dataset: str) -> Dict[str, Any]:
