@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import random
-import signal
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
@@ -42,13 +41,13 @@ from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    close_iterator, dataset_length, make_loader)
 from .data import iterable
-from .data.loader import killed_workers, signalled_worker
+from .data.loader import killed_worker_of, killed_workers, worker_killed
 from .data.batch import batch_size, labels_of
 from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, TrainerError, TrainingError, WorkerKilled, option
+from .errors import ConfigError, DataError, TrainerError, TrainingError, option
 from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .schedules import build_scheduler
@@ -333,12 +332,16 @@ class Trainer(PaddleNLPAPI):
             if state.status == "running":
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
         except BaseException as exc:
-            state.status, state.error = "failed", exc
-            if isinstance(exc, TrainerError):  # under ptrain's launcher: ptrain names it, whichever rank it was
-                process.record_failure(self.rank, exc)
+            killed = killed_worker_of(exc)  # an evaluation's or a callback's loader worker, outside the epoch
+            error = worker_killed(*killed) if killed is not None else exc
+            state.status, state.error = "failed", error
+            if isinstance(error, TrainerError):  # under ptrain's launcher: ptrain names it, whichever rank it was
+                process.record_failure(self.rank, error)
             self._quietly(self.wait_for_checkpoint)
             self._quietly(lambda: self.fire(Event.EXCEPTION))
-            raise
+            if error is exc:
+                raise
+            raise error from None
         finally:
             try:
                 if state.status == "failed":
@@ -404,15 +407,16 @@ class Trainer(PaddleNLPAPI):
             self.fire(Event.EPOCH_BEGIN)
             batches = _iterate(loader)
             try:
-                self._train_epoch(batches)
-            except Exception as exc:  # paddle's SIGCHLD handler raises a SystemError wherever the step is
-                killed = signalled_worker(exc) or signalled_worker(exc.__cause__)  # a callback's: CallbackError
+                try:
+                    self._train_epoch(batches)
+                finally:
+                    close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
+            except Exception as exc:  # paddle's SIGCHLD handler raises a SystemError wherever the main thread is
+                killed = killed_worker_of(exc)
                 if killed is None:
                     raise
                 abandon_iterator(batches)
-                raise _worker_killed(*killed) from None
-            finally:
-                close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
+                raise worker_killed(*killed) from None
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
                 state.epoch = epoch + 1
                 state.step_in_epoch = 0
@@ -466,7 +470,7 @@ class Trainer(PaddleNLPAPI):
             killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
             abandon_iterator(batches)
             if killed:
-                raise _worker_killed(*killed[0]) from None
+                raise worker_killed(*killed[0]) from None
             raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
                             f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
         waited = time.perf_counter() - start
@@ -636,14 +640,6 @@ class Trainer(PaddleNLPAPI):
 
 
 # ---- small helpers ------------------------------------------------------------
-def _worker_killed(pid: int, signum: int) -> WorkerKilled:
-    name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
-    return WorkerKilled(f"a DataLoader worker (pid {pid}) was killed by {name} while loading a batch: it "
-                        "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
-                        f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
-                        "from the newest checkpoint", signum)
-
-
 def _iterate(loader):
     """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
     workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one

@@ -51,7 +51,6 @@ costs CPU time.
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import numpy as np

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 import paddle
 from paddle.io import BatchSampler, DataLoader
-from ..errors import DataError
+from ..errors import DataError, WorkerKilled
 from ..process import dataloader_worker_init
 from .batch import default_collate
 from .batch_errors import load_batch
@@ -136,6 +136,20 @@ def signalled_worker(exc: Optional[BaseException]) -> Optional[Tuple[int, int]]:
         if signal.strsignal(signum) == text:
             return int(m.group(1)), int(signum)
     return None
+
+
+def killed_worker_of(exc: BaseException) -> Optional[Tuple[int, int]]:
+    """paddle's "DataLoader process (pid N) exited is killed by signal" SystemError, raised
+    directly or inside a callback (CallbackError's cause): ``(pid, signal number)``, else None."""
+    return signalled_worker(exc) or signalled_worker(exc.__cause__)
+
+
+def worker_killed(pid: int, signum: int) -> WorkerKilled:
+    name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
+    return WorkerKilled(f"a DataLoader worker (pid {pid}) was killed by {name} while loading a batch: it "
+                        "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
+                        f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
+                        "from the newest checkpoint", signum)
 
 
 def abandon_iterator(iterator) -> None:
