@@ -287,7 +287,10 @@ def _is_terminal(stream) -> bool:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, without the ABC check (~0.1 us instead of ~1)
+        return True
+    return isinstance(value, numbers.Real) and kind is not bool
 
 
 def _plain(value):
@@ -304,6 +307,8 @@ def _strict(value):
     """Strict JSON: non-finite floats -> None; unknown objects -> str."""
     if isinstance(value, dict):
         return {str(k): _strict(v) for k, v in value.items()}
+    if type(value) is float:  # most values of a record
+        return value if math.isfinite(value) else None
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     if isinstance(value, float):
