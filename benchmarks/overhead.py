@@ -23,11 +23,14 @@ hapi           ``paddle.Model.fit`` (``verbose=0``; it shuffles with
                ``DistributedBatchSampler`` already)
 =============  ===================================================================
 
-``--breakdown`` measures instead ``bare``, ``ours-quiet``, for each default
-callback ``ours-quiet-without-<Callback>`` (the quiet defaults without it:
-what that default costs per step is ``ours-quiet`` minus this), and, for each
-built-in callback that ``ours-all`` adds, ``ours-quiet+<Callback>``: the quiet
-defaults plus that one callback (what each callback costs per step).
+``--breakdown`` measures instead ``bare``, ``ours``, for each callback of the
+default set ``ours-without-<Callback>`` (the defaults without it: what that
+default costs per step is ``ours`` minus this, per round), ``ours-quiet``, and,
+for each built-in callback outside the default set, ``ours-quiet+<Callback>``:
+the quiet defaults plus that one callback (what it costs per step is this
+minus ``ours-quiet``). The report adds a table of those costs, in ms per step
+and as a share of the bare loop's step. ``ours-quiet-without-<Callback>`` can
+be asked for with ``--variants``.
 
 Every variant gets the optimizer object built the same way (no LR schedule,
 no clipping), so they all train the same thing: the final loss and a checksum
@@ -71,17 +74,18 @@ DEFAULTS = {"mlp": (200, 1000, 3), "ernie": (1, 3, 2), "resnet50": (1, 3, 2)}
 DEFAULT_VARIANTS = {"mlp": VARIANTS, "ernie": tuple(v for v in VARIANTS if v != "ours-quiet"),
                     "resnet50": tuple(v for v in VARIANTS if v != "ours-quiet")}
 TARGETS = {"ours": (0.93, 0.1), "ours-quiet": (0.93, 0.1), "ours-all": (None, 0.2)}
+COMPOSED = ("ours-quiet+", "ours-quiet-without-", "ours-without-")  # variants named after a callback
 
 
 # =============================================================================
 # child: one measurement
 # =============================================================================
 def builtin_callback_names():
-    """(names of the callbacks ``ours-all`` adds to the quiet defaults, names of the quiet defaults);
-    imports paddle, in a child."""
+    """(names of the built-in callbacks outside the default set, names of the default set with the
+    default ``report_to``); imports paddle, in a child."""
     code = ("import json, tempfile; from trainer import TrainingArguments; "
             "from benchmarks.loops import all_builtin_callbacks; "
-            "args = TrainingArguments(output_dir=tempfile.gettempdir(), report_to=[]); "
+            "args = TrainingArguments(output_dir=tempfile.gettempdir()); "
             "from callbacks import default_callbacks; "
             "print('NAMES ' + json.dumps([[type(cb).__name__ for cb in all_builtin_callbacks(args)], "
             "[type(cb).__name__ for cb in default_callbacks(args)]]))")
@@ -98,7 +102,7 @@ def builtin_callback_names():
 
 def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str]) -> dict:
     """Measure one variant on one workload in this process."""
-    if variant not in VARIANTS and not variant.startswith(("ours-quiet+", "ours-quiet-without-")):
+    if variant not in VARIANTS and not variant.startswith(COMPOSED):
         raise ValueError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
     common.quiet_paddle_warnings()
     t0 = time.perf_counter()
@@ -211,6 +215,44 @@ def summarize(results: List[dict], variants: List[str]) -> List[dict]:
     return rows
 
 
+def callback_costs(results: List[dict]) -> List[dict]:
+    """What each callback of a breakdown costs per step, paired per round: ``ours`` minus
+    ``ours-without-<C>`` (a default), ``ours-quiet+<C>`` minus ``ours-quiet`` (any other), and
+    ``ours-quiet`` minus ``ours-quiet-without-<C>``; as a share of the same round's bare step too."""
+    by = {(r["variant"], r["round"]): r for r in results}
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in results):
+        for prefix, base, sign in (("ours-without-", "ours", -1), ("ours-quiet+", "ours-quiet", 1),
+                                   ("ours-quiet-without-", "ours-quiet", -1)):
+            if variant.startswith(prefix):
+                name = variant[len(prefix):]
+                break
+        else:
+            continue
+        pairs = [(r, by[(base, r["round"])], by.get(("bare", r["round"]))) for r in results
+                 if r["variant"] == variant and (base, r["round"]) in by]
+        if not pairs:
+            continue
+
+        def cost(key, pairs=pairs, sign=sign):
+            return common.median(sign * (r[key] - b[key]) for r, b, _ in pairs)
+
+        shares = [sign * (r["ms_per_step"] - b["ms_per_step"]) / bare["ms_per_step"] for r, b, bare in pairs if bare]
+        rows.append({"callback": name, "measured_as": f"{variant} vs {base}", "rounds": len(pairs),
+                     "ms": cost("ms_per_step"), "cpu_ms": cost("cpu_ms_per_step"),
+                     "best_ms": cost("best_slice_ms"), "share": common.median(shares) if shares else None})
+    return rows
+
+
+def cost_table(costs: List[dict]) -> str:
+    headers = ["callback", "measured as", "cost ms/step", "share of the bare step", "CPU ms/step",
+               "best-slice ms/step"]
+    out = [[c["callback"], c["measured_as"], f"{c['ms']:+.4f}",
+            "—" if c["share"] is None else f"{100 * c['share']:+.1f}%", f"{c['cpu_ms']:+.4f}", f"{c['best_ms']:+.4f}"]
+           for c in costs]
+    return common.markdown_table(headers, out)
+
+
 def _rank(variant: str) -> tuple:
     base = variant.split("+")[0]
     return (VARIANTS.index(base) if base in VARIANTS else len(VARIANTS), variant)
@@ -285,6 +327,13 @@ def report(runs: Dict[str, List[dict]], info: dict) -> str:
             parts.append(f"- **The machine was busy** (the bare loop's wall time was {stolen:.2f}x its CPU time): "
                          "whole-window wall-clock figures mostly measure the other work; the fastest slices "
                          "are the better guide. Rerun on an idle machine for whole-window figures.")
+        costs = callback_costs(results)
+        if costs:
+            parts.append("Each callback's cost per step (per round against the variant it is measured against, "
+                         "median over rounds; a negative cost is noise):")
+            parts.append("")
+            parts.append(cost_table(costs))
+            parts.append("")
         if workload == "mlp":
             parts.extend(verdicts(rows, busy))
         extra = [r for r in rows if r["variant"] == "ours-all" and r["callbacks"]]
@@ -333,11 +382,12 @@ def main(argv=None) -> int:
             p.error(f"unknown workload {w!r}: choose from {', '.join(DEFAULTS)}")
     if a.breakdown:
         extra, defaults = builtin_callback_names()
-        variants = (["bare", "ours-quiet"] + [f"ours-quiet-without-{name}" for name in defaults]
+        variants = (["bare", "ours"] + [f"ours-without-{name}" for name in defaults] + ["ours-quiet"]
                     + [f"ours-quiet+{name}" for name in extra])
     for v in variants or []:
-        if v not in VARIANTS and not v.startswith(("ours-quiet+", "ours-quiet-without-")):
-            p.error(f"unknown variant {v!r}: choose from {', '.join(VARIANTS)} or ours-quiet+<Callback>")
+        if v not in VARIANTS and not v.startswith(COMPOSED):
+            p.error(f"unknown variant {v!r}: choose from {', '.join(VARIANTS)}, ours-without-<Callback>, "
+                    "ours-quiet-without-<Callback> or ours-quiet+<Callback>")
     if a.warmup is not None and a.warmup < 1:
         p.error("--warmup must be >= 1")
     info = common.machine_info()
