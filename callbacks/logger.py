@@ -4,8 +4,10 @@ curves, written by the main process only.
 Events:
 
 - ``on_fit_begin``: open the outputs (rank 0).
-- ``on_step_end``: advance the progress bar by one step. Host counters only:
-  no tensor is read, so there is no device-to-host sync between logging steps.
+- ``on_step_end`` (dispatched only while there is a bar, see
+  :meth:`callbacks.base.Callback.wants`): advance the progress bar by one step.
+  Host counters only: no tensor is read, so there is no device-to-host sync
+  between logging steps.
 - ``on_log``: write ``trainer.state.logs`` as it stands after every callback
   of lower ``order`` has added to it. The trainer has already reduced the loss
   across ranks and added ``step``, ``epoch``, ``loss``, ``learning_rate``,
@@ -154,6 +156,10 @@ class Rank0Logger(Callback):
 
             self._bar = tqdm(total=trainer.state.max_steps, initial=trainer.state.global_step,
                              desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def wants(self, hook: str) -> bool:
+        # in fit() without a bar (stderr no terminal, or no tqdm): nothing to advance, not dispatched
+        return hook != "on_step_end" or self._bar is not None or not self._in_fit
 
     def on_step_end(self, trainer):
         # host counter only: the loss stays on the device until the next log
