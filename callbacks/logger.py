@@ -102,6 +102,7 @@ SYSTEM_PREFIXES = ("gpu", "cpu_", "rss_", "data_wait_")
 VDL_BATCH_SECONDS = 5.0
 VDL_BATCH_MAX = 1000
 _TIMINGS = ("_runtime", "_per_second")
+_JSON = json.JSONEncoder(sort_keys=True)  # json.dumps(..., sort_keys=True) builds one per call
 _NOT_CURVES = ("step", "epoch")
 
 
@@ -221,7 +222,7 @@ class Rank0Logger(Callback):
     def _write_jsonl(f, record: dict) -> None:
         if f is None:
             return
-        f.write(json.dumps(_strict(record), sort_keys=True) + "\n")
+        f.write(_JSON.encode(_strict(record)) + "\n")
         f.flush()
 
     def _tag(self, key: str) -> Optional[str]:
