@@ -51,6 +51,7 @@ Run::
     python -m benchmarks overhead                      # the short default, a few minutes
     python -m benchmarks overhead --workloads mlp --repeats 5 --steps 5000
     python -m benchmarks overhead --workloads mlp --breakdown     # the cost of each built-in callback
+    python -m benchmarks overhead --workloads mlp --callback-cpu  # CPU inside each hook of the defaults
     python -m benchmarks.overhead --child ours --workload mlp --steps 300 --warmup 50   # one measurement
 """
 
@@ -100,11 +101,17 @@ def builtin_callback_names():
     return json.loads(lines[-1][len("NAMES "):])
 
 
-def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str]) -> dict:
-    """Measure one variant on one workload in this process."""
+def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str],
+          callback_cpu: bool = False) -> dict:
+    """Measure one variant on one workload in this process (``callback_cpu``: time the callbacks by
+    the training thread's CPU time instead of the wall clock)."""
     if variant not in VARIANTS and not variant.startswith(COMPOSED):
         raise ValueError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
     common.quiet_paddle_warnings()
+    if callback_cpu:
+        from callbacks import CallbackList
+
+        CallbackList.clock = staticmethod(time.thread_time)  # a system call per reading: not for throughput
     t0 = time.perf_counter()
     import paddle
 
@@ -150,7 +157,7 @@ def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profi
 # parent: interleaved repeats, the table
 # =============================================================================
 def measure(workloads: List[str], variants: Optional[List[str]], repeats: Optional[int], steps: Optional[int],
-            warmup: Optional[int], seed: int, timeout: float, log=print) -> Dict[str, List[dict]]:
+            warmup: Optional[int], seed: int, timeout: float, log=print, callback_cpu: bool = False) -> Dict[str, List[dict]]:
     """Every (workload, variant) ``repeats`` times, the variants of a round back to back
     (``variants`` None: each workload's default set)."""
     runs: Dict[str, List[dict]] = {}
@@ -163,7 +170,7 @@ def measure(workloads: List[str], variants: Optional[List[str]], repeats: Option
             order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotate: no fixed position
             for variant in order:
                 cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", variant, "--workload", workload,
-                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)]
+                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)] + (["--callback-cpu"] if callback_cpu else [])
                 res = common.run_child(cmd, timeout=timeout)
                 res["round"] = round_
                 res["load1"] = os.getloadavg()[0]
@@ -251,6 +258,36 @@ def cost_table(costs: List[dict]) -> str:
             "—" if c["share"] is None else f"{100 * c['share']:+.1f}%", f"{c['cpu_ms']:+.4f}", f"{c['best_ms']:+.4f}"]
            for c in costs]
     return common.markdown_table(headers, out)
+
+
+def callback_cpu_report(runs: Dict[str, List[dict]], info: dict) -> str:
+    """``--callback-cpu``: the training thread's CPU inside each hook, median over repeats."""
+    parts = [f"Machine: {common.machine_line(info)}; {common.load_line()} at the end of the run.", ""]
+    for workload, results in runs.items():
+        loads = [r["load1"] for r in results if "load1" in r]
+        for variant in dict.fromkeys(r["variant"] for r in results):
+            rs = [r for r in results if r["variant"] == variant]
+            logging_steps = rs[0].get("logging_steps") or 10
+            hooks = sorted({k for r in rs for k in r["callback_ms_per_step"]},
+                           key=lambda k: -common.median(r["callback_ms_per_step"].get(k, 0.0) for r in rs))
+            step_cpu = common.median(r["cpu_ms_per_step"] for r in rs)
+            parts.append(f"### {workload}, {variant}: the training thread's CPU inside each callback hook "
+                         f"({rs[0]['steps']} steps, {len(rs)} repeats, median; logging every {logging_steps} steps"
+                         + (f"; 1-min load average {min(loads):.1f}–{max(loads):.1f}" if loads else "") + ")")
+            parts.append("")
+            out, total = [], 0.0
+            for k in hooks:
+                per_step = common.median(r["callback_ms_per_step"].get(k, 0.0) for r in rs)
+                total += per_step
+                out.append([k, f"{1e3 * per_step:.1f}", f"{1e3 * per_step * logging_steps:.0f}" if k.endswith(".on_log") else "—",
+                            f"{100 * per_step / step_cpu:.2f}%"])
+            out.append(["all hooks", f"{1e3 * total:.1f}", "—", f"{100 * total / step_cpu:.2f}%"])
+            parts.append(common.markdown_table(["hook", "µs per step", "µs per logging step", "share of the step's CPU"], out))
+            parts.append("")
+            parts.append(f"- the whole step: {step_cpu:.3f} ms of CPU (these runs read a thread clock around every "
+                         "hook, a system call each: their throughput is not the one to compare)")
+            parts.append("")
+    return "\n".join(parts)
 
 
 def _rank(variant: str) -> tuple:
@@ -370,11 +407,15 @@ def main(argv=None) -> int:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--workload", default="mlp", help=argparse.SUPPRESS)
     p.add_argument("--profile", help="with --child: write cProfile stats of the training loop here")
+    p.add_argument("--callback-cpu", action="store_true",
+                   help="instead of throughput: the training thread's CPU time inside each callback hook, per step "
+                        "and per logging step, from runs of --variants (default: ours); robust to other work on "
+                        "the machine, which the wall clock is not")
     a = p.parse_args(argv)
     if a.child:  # one variant per process when measuring; several in one process for the smoke test
         for variant in common.split_list(a.child):
             common.emit(child(variant, a.workload, a.steps or DEFAULTS[a.workload][1],
-                              a.warmup or DEFAULTS[a.workload][0], a.seed, a.profile))
+                              a.warmup or DEFAULTS[a.workload][0], a.seed, a.profile, a.callback_cpu))
         return 0
     workloads, variants = common.split_list(a.workloads), (common.split_list(a.variants) if a.variants else None)
     for w in workloads:
@@ -390,10 +431,14 @@ def main(argv=None) -> int:
                     "ours-quiet-without-<Callback> or ours-quiet+<Callback>")
     if a.warmup is not None and a.warmup < 1:
         p.error("--warmup must be >= 1")
+    if a.callback_cpu:
+        variants = variants or ["ours"]
+        if not all(v.startswith("ours") for v in variants):
+            p.error("--callback-cpu times our callbacks: choose ours variants")
     info = common.machine_info()
     print(f"# overhead: {', '.join(workloads)}; {common.machine_line(info)}", flush=True)
-    runs = measure(workloads, variants, a.repeats, a.steps, a.warmup, a.seed, a.timeout)
-    text = report(runs, info)
+    runs = measure(workloads, variants, a.repeats, a.steps, a.warmup, a.seed, a.timeout, callback_cpu=a.callback_cpu)
+    text = callback_cpu_report(runs, info) if a.callback_cpu else report(runs, info)
     print()
     print(text)
     common.write_outputs(text, {"machine": info, "runs": runs}, a.markdown, a.json)

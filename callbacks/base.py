@@ -135,9 +135,13 @@ class CallbackList:
     ``fire`` wraps any unexpected exception in :class:`CallbackError` naming the
     callback and the event (the project's own errors, raised on purpose, keep
     their type and exit code), and times every call (``timings``: seconds per
-    (callback, event)), so overhead is visible in benchmarks and
+    (callback, event), by ``CallbackList.clock``, default ``time.perf_counter``;
+    ``benchmarks/overhead --callback-cpu`` sets ``time.thread_time`` to count the
+    training thread's CPU only), so overhead is visible in benchmarks and
     ``describe()``.
     """
+
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self, callbacks: Iterable[Callback] = ()):
         self._callbacks: List[Callback] = []
@@ -185,29 +189,34 @@ class CallbackList:
 
     def _refresh(self) -> None:
         """The handlers per event: the hooks each callback overrides and wants now."""
-        self._handlers = {
-            event: [(cb, getattr(cb, event.method)) for cb in self._ordered
+        self._handlers = {  # (callback, bound hook, its key in timings)
+            event: [(cb, getattr(cb, event.method), (type(cb).__name__, event.value)) for cb in self._ordered
                     if _overrides(cb, event.method) and cb.wants(event.method)]
             for event in Event
         }
 
     # ---- dispatch ------------------------------------------------------
     def fire(self, event: Event, trainer) -> None:
-        for cb, method in self._handlers[event]:
-            start = time.perf_counter()
+        clock = self.clock
+        for cb, method, key in self._handlers[event]:
+            start = clock()
             try:
                 method(trainer)
             except TrainerError:  # deliberate errors (CallbackError included) keep their type and exit code
                 raise
             except Exception as exc:
-                raise CallbackError(type(cb).__name__, event.value, exc) from exc
+                raise CallbackError(key[0], key[1], exc) from exc
             finally:
-                self.timings[(type(cb).__name__, event.value)] += time.perf_counter() - start
+                self.timings[key] += clock() - start
         if event is Event.FIT_BEGIN or event is Event.FIT_END:  # what a callback wants may have changed
             self._refresh()
 
     def has_handlers(self, event: Event) -> bool:
         return bool(self._handlers[event])
+
+    def handlers(self, event: Event) -> List[Callback]:
+        """The callbacks ``fire(event)`` calls now, in order."""
+        return [cb for cb, _, _ in self._handlers[event]]
 
     def forward_context(self, trainer) -> contextlib.AbstractContextManager:
         """All callbacks' forward contexts, entered in order."""
@@ -249,7 +258,7 @@ class CallbackList:
             lines.append(f"  {cb.order:>4}  {type(cb).__name__}" + (f" ({note()})" if callable(note) else ""))
         lines.append("per event, in run order:")
         for event in Event:
-            names = [type(cb).__name__ for cb, _ in self._handlers[event]]
+            names = [type(cb).__name__ for cb, _, _ in self._handlers[event]]
             if names:
                 lines.append(f"  on_{event.value:<22} {' -> '.join(names)}")
         if self._contexts:

@@ -28,7 +28,7 @@ class Counting(Callback):
 
 
 def _names(cl, event):
-    return [type(cb).__name__ for cb, _ in cl._handlers[event]]
+    return [type(cb).__name__ for cb in cl.handlers(event)]
 
 
 def test_a_declined_hook_is_left_out_until_fit_begin_asks_again(tmp_path):
