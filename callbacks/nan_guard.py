@@ -12,10 +12,8 @@ Two actions:
   is); under a loss scaler (AMP float16, ``NaNGuard()``) non-finite updates are
   skipped already and only the parameters are checked. At the logging step
   (and before a save, so nan weights are never saved as a checkpoint) one small
-  host read looks at those kept values and at the float32 sum of each
-  parameter tensor (a nan or inf survives a sum; a finite tensor whose sum
-  overflows is then told apart element by element), and the error names the
-  first bad step: "the gradients of step
+  host read looks at those kept values and at one finiteness check of the
+  parameters, and the error names the first bad step: "the gradients of step
   N" (the clip norm), "the loss of step N" (one process), or, when only the
   parameters show it, the window of steps since the last check ("the
   parameters hold nan or inf at step 10, finite at step 5"). That last case is
