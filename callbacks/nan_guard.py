@@ -87,7 +87,6 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from trainer import distributed as dist
@@ -276,7 +275,8 @@ class NaNGuard(Callback):
         tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
                    for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
         folded, self._folded = self._folded, False
-        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true]
+        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true,
+              paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
         if folded:
             ok.append((self._first_loss < 0).reshape([1]))
         order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
@@ -287,12 +287,9 @@ class NaNGuard(Callback):
             group = [tensors[j][2] for j in idx]
             ok.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
             order.extend(idx)
-        flags, sums = self._read(ok, self._param_sums())  # the one host read
-        first = int(self._first_bad.numpy()) if not flags[0] else -1
-        # a non-finite value makes its tensor's sum non-finite; a finite tensor whose float32 sum overflows
-        # is told apart by the element-wise check (read only then)
-        params = not np.isfinite(sums).all() and not self._params_finite()
-        rest = flags[1:]
+        flags = paddle.concat(ok).numpy()  # the one host read
+        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
+        rest = flags[1 + max(1, len(self._params)):]
         folded_loss = int(self._first_loss.numpy()) if folded and not rest[0] else -1  # (a failing check only)
         rest = rest[1:] if folded else rest
         bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)
@@ -329,31 +326,6 @@ class NaNGuard(Callback):
         raise TrainingError(
             f"NaNGuard: {what}{detail}; training stopped: check the data of {data_steps} "
             "for nan/inf, lower learning_rate, clip with max_grad_norm, or add callbacks.NaNGuard() to skip such steps")
-
-    def _param_sums(self) -> Optional[paddle.Tensor]:
-        """The float32 sum of each parameter tensor, a device [n] (n + 1 small ops: a finiteness flag per
-        tensor took 2n + 2, ~30% more time at each logging step on the tiny MLP of benchmarks/overhead)."""
-        if not self._params:
-            return None
-        with paddle.no_grad():
-            return paddle.stack([p.sum() if p.dtype == paddle.float32 else p.astype("float32").sum()
-                                 for p in self._params])
-
-    def _read(self, ok: list, sums: Optional[paddle.Tensor]):
-        """(the bool flags ``ok`` concatenated, the parameter sums) on the host, in one read."""
-        if len(ok) == 1 and ok[0] is self._true:  # nothing to read but the sums (the default set's usual case)
-            return np.ones(1, dtype=bool), (sums.numpy() if sums is not None else np.zeros(0, dtype="float32"))
-        flags = paddle.concat(ok)
-        if sums is None:
-            return flags.numpy(), np.zeros(0, dtype="float32")
-        both = paddle.concat([flags.astype("float32"), sums]).numpy()
-        n = int(flags.shape[0])
-        return both[:n] > 0.5, both[n:]
-
-    def _params_finite(self) -> bool:
-        """Every parameter element is finite (a host read; only after a sum said otherwise)."""
-        with paddle.no_grad():
-            return bool(paddle.stack([paddle.isfinite(p).all() for p in self._params]).all().numpy())
 
     def on_fit_end(self, trainer):
         if self._guarding(trainer) and self._owns_scaler:
