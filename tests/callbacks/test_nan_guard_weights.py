@@ -1,5 +1,6 @@
-"""The default NaNGuard checks the parameters at logging steps through one float32 sum per tensor: a nan
-or inf anywhere stops training; finite weights whose sum overflows float32 do not."""
+"""The default NaNGuard checks the parameters at logging steps: a nan or inf in a weight the loss never
+shows stops training at the next logging step; finite weights whose float32 sum overflows do not (what a
+cheaper sum-based check would get wrong)."""
 
 import numpy as np
 import paddle
