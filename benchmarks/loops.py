@@ -167,7 +167,7 @@ def run_ours(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed, varia
     per_step = {f"{name}.on_{event}": 1e3 * secs / clock.total for (name, event), secs in trainer.callbacks.timings.items()
                 if name != "Clock" and event not in ONCE_PER_FIT}
     return {"status": state.status, "callbacks": names, "report_to": list(args.report_to), "save_strategy": args.save_strategy,
-            "callback_ms_per_step": dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:8])}
+            "logging_steps": args.logging_steps, "callback_ms_per_step": dict(sorted(per_step.items(), key=lambda kv: -kv[1]))}
 
 
 def run_paddlenlp(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed) -> dict:

@@ -23,11 +23,14 @@ hapi           ``paddle.Model.fit`` (``verbose=0``; it shuffles with
                ``DistributedBatchSampler`` already)
 =============  ===================================================================
 
-``--breakdown`` measures instead ``bare``, ``ours-quiet``, for each default
-callback ``ours-quiet-without-<Callback>`` (the quiet defaults without it:
-what that default costs per step is ``ours-quiet`` minus this), and, for each
-built-in callback that ``ours-all`` adds, ``ours-quiet+<Callback>``: the quiet
-defaults plus that one callback (what each callback costs per step).
+``--breakdown`` measures instead ``bare``, ``ours``, for each callback of the
+default set ``ours-without-<Callback>`` (the defaults without it: what that
+default costs per step is ``ours`` minus this, per round), ``ours-quiet``, and,
+for each built-in callback outside the default set, ``ours-quiet+<Callback>``:
+the quiet defaults plus that one callback (what it costs per step is this
+minus ``ours-quiet``). The report adds a table of those costs, in ms per step
+and as a share of the bare loop's step. ``ours-quiet-without-<Callback>`` can
+be asked for with ``--variants``.
 
 Every variant gets the optimizer object built the same way (no LR schedule,
 no clipping), so they all train the same thing: the final loss and a checksum
@@ -48,6 +51,7 @@ Run::
     python -m benchmarks overhead                      # the short default, a few minutes
     python -m benchmarks overhead --workloads mlp --repeats 5 --steps 5000
     python -m benchmarks overhead --workloads mlp --breakdown     # the cost of each built-in callback
+    python -m benchmarks overhead --workloads mlp --callback-cpu  # CPU inside each hook of the defaults
     python -m benchmarks.overhead --child ours --workload mlp --steps 300 --warmup 50   # one measurement
 """
 
@@ -71,17 +75,18 @@ DEFAULTS = {"mlp": (200, 1000, 3), "ernie": (1, 3, 2), "resnet50": (1, 3, 2)}
 DEFAULT_VARIANTS = {"mlp": VARIANTS, "ernie": tuple(v for v in VARIANTS if v != "ours-quiet"),
                     "resnet50": tuple(v for v in VARIANTS if v != "ours-quiet")}
 TARGETS = {"ours": (0.93, 0.1), "ours-quiet": (0.93, 0.1), "ours-all": (None, 0.2)}
+COMPOSED = ("ours-quiet+", "ours-quiet-without-", "ours-without-")  # variants named after a callback
 
 
 # =============================================================================
 # child: one measurement
 # =============================================================================
 def builtin_callback_names():
-    """(names of the callbacks ``ours-all`` adds to the quiet defaults, names of the quiet defaults);
-    imports paddle, in a child."""
+    """(names of the built-in callbacks outside the default set, names of the default set with the
+    default ``report_to``); imports paddle, in a child."""
     code = ("import json, tempfile; from trainer import TrainingArguments; "
             "from benchmarks.loops import all_builtin_callbacks; "
-            "args = TrainingArguments(output_dir=tempfile.gettempdir(), report_to=[]); "
+            "args = TrainingArguments(output_dir=tempfile.gettempdir()); "
             "from callbacks import default_callbacks; "
             "print('NAMES ' + json.dumps([[type(cb).__name__ for cb in all_builtin_callbacks(args)], "
             "[type(cb).__name__ for cb in default_callbacks(args)]]))")
@@ -96,11 +101,17 @@ def builtin_callback_names():
     return json.loads(lines[-1][len("NAMES "):])
 
 
-def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str]) -> dict:
-    """Measure one variant on one workload in this process."""
-    if variant not in VARIANTS and not variant.startswith(("ours-quiet+", "ours-quiet-without-")):
+def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profile: Optional[str],
+          callback_cpu: bool = False) -> dict:
+    """Measure one variant on one workload in this process (``callback_cpu``: time the callbacks by
+    the training thread's CPU time instead of the wall clock)."""
+    if variant not in VARIANTS and not variant.startswith(COMPOSED):
         raise ValueError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
     common.quiet_paddle_warnings()
+    if callback_cpu:
+        from callbacks import CallbackList
+
+        CallbackList.clock = staticmethod(time.thread_time)  # a system call per reading: not for throughput
     t0 = time.perf_counter()
     import paddle
 
@@ -146,7 +157,7 @@ def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profi
 # parent: interleaved repeats, the table
 # =============================================================================
 def measure(workloads: List[str], variants: Optional[List[str]], repeats: Optional[int], steps: Optional[int],
-            warmup: Optional[int], seed: int, timeout: float, log=print) -> Dict[str, List[dict]]:
+            warmup: Optional[int], seed: int, timeout: float, log=print, callback_cpu: bool = False) -> Dict[str, List[dict]]:
     """Every (workload, variant) ``repeats`` times, the variants of a round back to back
     (``variants`` None: each workload's default set)."""
     runs: Dict[str, List[dict]] = {}
@@ -159,7 +170,7 @@ def measure(workloads: List[str], variants: Optional[List[str]], repeats: Option
             order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotate: no fixed position
             for variant in order:
                 cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", variant, "--workload", workload,
-                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)]
+                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)] + (["--callback-cpu"] if callback_cpu else [])
                 res = common.run_child(cmd, timeout=timeout)
                 res["round"] = round_
                 res["load1"] = os.getloadavg()[0]
@@ -209,6 +220,74 @@ def summarize(results: List[dict], variants: List[str]) -> List[dict]:
             "callback_ms_per_step": rs[0].get("callback_ms_per_step"),
         })
     return rows
+
+
+def callback_costs(results: List[dict]) -> List[dict]:
+    """What each callback of a breakdown costs per step, paired per round: ``ours`` minus
+    ``ours-without-<C>`` (a default), ``ours-quiet+<C>`` minus ``ours-quiet`` (any other), and
+    ``ours-quiet`` minus ``ours-quiet-without-<C>``; as a share of the same round's bare step too."""
+    by = {(r["variant"], r["round"]): r for r in results}
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in results):
+        for prefix, base, sign in (("ours-without-", "ours", -1), ("ours-quiet+", "ours-quiet", 1),
+                                   ("ours-quiet-without-", "ours-quiet", -1)):
+            if variant.startswith(prefix):
+                name = variant[len(prefix):]
+                break
+        else:
+            continue
+        pairs = [(r, by[(base, r["round"])], by.get(("bare", r["round"]))) for r in results
+                 if r["variant"] == variant and (base, r["round"]) in by]
+        if not pairs:
+            continue
+
+        def cost(key, pairs=pairs, sign=sign):
+            return common.median(sign * (r[key] - b[key]) for r, b, _ in pairs)
+
+        shares = [sign * (r["ms_per_step"] - b["ms_per_step"]) / bare["ms_per_step"] for r, b, bare in pairs if bare]
+        rows.append({"callback": name, "measured_as": f"{variant} vs {base}", "rounds": len(pairs),
+                     "ms": cost("ms_per_step"), "cpu_ms": cost("cpu_ms_per_step"),
+                     "best_ms": cost("best_slice_ms"), "share": common.median(shares) if shares else None})
+    return rows
+
+
+def cost_table(costs: List[dict]) -> str:
+    headers = ["callback", "measured as", "cost ms/step", "share of the bare step", "CPU ms/step",
+               "best-slice ms/step"]
+    out = [[c["callback"], c["measured_as"], f"{c['ms']:+.4f}",
+            "—" if c["share"] is None else f"{100 * c['share']:+.1f}%", f"{c['cpu_ms']:+.4f}", f"{c['best_ms']:+.4f}"]
+           for c in costs]
+    return common.markdown_table(headers, out)
+
+
+def callback_cpu_report(runs: Dict[str, List[dict]], info: dict) -> str:
+    """``--callback-cpu``: the training thread's CPU inside each hook, median over repeats."""
+    parts = [f"Machine: {common.machine_line(info)}; {common.load_line()} at the end of the run.", ""]
+    for workload, results in runs.items():
+        loads = [r["load1"] for r in results if "load1" in r]
+        for variant in dict.fromkeys(r["variant"] for r in results):
+            rs = [r for r in results if r["variant"] == variant]
+            logging_steps = rs[0].get("logging_steps") or 10
+            hooks = sorted({k for r in rs for k in r["callback_ms_per_step"]},
+                           key=lambda k: -common.median(r["callback_ms_per_step"].get(k, 0.0) for r in rs))
+            step_cpu = common.median(r["cpu_ms_per_step"] for r in rs)
+            parts.append(f"### {workload}, {variant}: the training thread's CPU inside each callback hook "
+                         f"({rs[0]['steps']} steps, {len(rs)} repeats, median; logging every {logging_steps} steps"
+                         + (f"; 1-min load average {min(loads):.1f}–{max(loads):.1f}" if loads else "") + ")")
+            parts.append("")
+            out, total = [], 0.0
+            for k in hooks:
+                per_step = common.median(r["callback_ms_per_step"].get(k, 0.0) for r in rs)
+                total += per_step
+                out.append([k, f"{1e3 * per_step:.1f}", f"{1e3 * per_step * logging_steps:.0f}" if k.endswith(".on_log") else "—",
+                            f"{100 * per_step / step_cpu:.2f}%"])
+            out.append(["all hooks", f"{1e3 * total:.1f}", "—", f"{100 * total / step_cpu:.2f}%"])
+            parts.append(common.markdown_table(["hook", "µs per step", "µs per logging step", "share of the step's CPU"], out))
+            parts.append("")
+            parts.append(f"- the whole step: {step_cpu:.3f} ms of CPU (these runs read a thread clock around every "
+                         "hook, a system call each: their throughput is not the one to compare)")
+            parts.append("")
+    return "\n".join(parts)
 
 
 def _rank(variant: str) -> tuple:
@@ -285,6 +364,13 @@ def report(runs: Dict[str, List[dict]], info: dict) -> str:
             parts.append(f"- **The machine was busy** (the bare loop's wall time was {stolen:.2f}x its CPU time): "
                          "whole-window wall-clock figures mostly measure the other work; the fastest slices "
                          "are the better guide. Rerun on an idle machine for whole-window figures.")
+        costs = callback_costs(results)
+        if costs:
+            parts.append("Each callback's cost per step (per round against the variant it is measured against, "
+                         "median over rounds; a negative cost is noise):")
+            parts.append("")
+            parts.append(cost_table(costs))
+            parts.append("")
         if workload == "mlp":
             parts.extend(verdicts(rows, busy))
         extra = [r for r in rows if r["variant"] == "ours-all" and r["callbacks"]]
@@ -321,11 +407,15 @@ def main(argv=None) -> int:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--workload", default="mlp", help=argparse.SUPPRESS)
     p.add_argument("--profile", help="with --child: write cProfile stats of the training loop here")
+    p.add_argument("--callback-cpu", action="store_true",
+                   help="instead of throughput: the training thread's CPU time inside each callback hook, per step "
+                        "and per logging step, from runs of --variants (default: ours); robust to other work on "
+                        "the machine, which the wall clock is not")
     a = p.parse_args(argv)
     if a.child:  # one variant per process when measuring; several in one process for the smoke test
         for variant in common.split_list(a.child):
             common.emit(child(variant, a.workload, a.steps or DEFAULTS[a.workload][1],
-                              a.warmup or DEFAULTS[a.workload][0], a.seed, a.profile))
+                              a.warmup or DEFAULTS[a.workload][0], a.seed, a.profile, a.callback_cpu))
         return 0
     workloads, variants = common.split_list(a.workloads), (common.split_list(a.variants) if a.variants else None)
     for w in workloads:
@@ -333,17 +423,22 @@ def main(argv=None) -> int:
             p.error(f"unknown workload {w!r}: choose from {', '.join(DEFAULTS)}")
     if a.breakdown:
         extra, defaults = builtin_callback_names()
-        variants = (["bare", "ours-quiet"] + [f"ours-quiet-without-{name}" for name in defaults]
+        variants = (["bare", "ours"] + [f"ours-without-{name}" for name in defaults] + ["ours-quiet"]
                     + [f"ours-quiet+{name}" for name in extra])
     for v in variants or []:
-        if v not in VARIANTS and not v.startswith(("ours-quiet+", "ours-quiet-without-")):
-            p.error(f"unknown variant {v!r}: choose from {', '.join(VARIANTS)} or ours-quiet+<Callback>")
+        if v not in VARIANTS and not v.startswith(COMPOSED):
+            p.error(f"unknown variant {v!r}: choose from {', '.join(VARIANTS)}, ours-without-<Callback>, "
+                    "ours-quiet-without-<Callback> or ours-quiet+<Callback>")
     if a.warmup is not None and a.warmup < 1:
         p.error("--warmup must be >= 1")
+    if a.callback_cpu:
+        variants = variants or ["ours"]
+        if not all(v.startswith("ours") for v in variants):
+            p.error("--callback-cpu times our callbacks: choose ours variants")
     info = common.machine_info()
     print(f"# overhead: {', '.join(workloads)}; {common.machine_line(info)}", flush=True)
-    runs = measure(workloads, variants, a.repeats, a.steps, a.warmup, a.seed, a.timeout)
-    text = report(runs, info)
+    runs = measure(workloads, variants, a.repeats, a.steps, a.warmup, a.seed, a.timeout, callback_cpu=a.callback_cpu)
+    text = callback_cpu_report(runs, info) if a.callback_cpu else report(runs, info)
     print()
     print(text)
     common.write_outputs(text, {"machine": info, "runs": runs}, a.markdown, a.json)

@@ -155,6 +155,10 @@ class NaNGuard(Callback):
                               "use callbacks.AMP for loss scaling, or remove NaNGuard")
         self._reset_counters()
 
+    def wants(self, hook: str) -> bool:
+        # action='stop' without its own gradient pass has nothing to do before the update
+        return not (hook == "on_optimizer_step_begin" and self.action == "stop" and not self.check_gradients)
+
     def on_optimizer_step_begin(self, trainer):
         if self.action == "stop":
             if self.check_gradients:  # (paddle.no_grad() as a decorator costs ~50 us a call: not on every step)
