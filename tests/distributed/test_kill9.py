@@ -2,7 +2,7 @@
 
 Each trial must leave only complete checkpoints in place, ``latest`` naming a
 complete one, and resume to the very parameters of the uninterrupted run.
-``PTRAIN_KILL_TRIALS`` sets the number of trials (default 8; the long trial: 50 or more).
+``PTRAIN_KILL_TRIALS`` sets the number of trials (default 5; the long trial: 50 or more).
 """
 
 import os
@@ -21,7 +21,7 @@ from trainer.checkpoint.store import list_checkpoints
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "kill_toy.py")
 ENV = dict(os.environ, PYTHONPATH=REPO)
-TRIALS = int(os.environ.get("PTRAIN_KILL_TRIALS", "8"))
+TRIALS = int(os.environ.get("PTRAIN_KILL_TRIALS", "5"))
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,8 @@ def test_ernie_texts_answer_what_predict_prints(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     inference = str(tmp_path / "run" / "inference")
     texts = ["这个手机很好用", "质量太差了，很失望"]
-    expected = [rows_of(ptrain("predict", "ernie", "--model", inference, t, cwd=tmp_path).stdout)[0] for t in texts]
+    expected = rows_of(ptrain("predict", "ernie", "--model", inference, *texts, cwd=tmp_path).stdout)
+    assert [row["input"] for row in expected] == texts
     with serving(inference) as post:
         for text, want in zip(texts, expected):
             status, body = post({"texts": [text]})
