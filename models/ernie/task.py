@@ -165,11 +165,11 @@ def load_examples(options: ErnieOptions):
 def scratch_tokenizer(train_texts: List[str], options: ErnieOptions, output_dir: str):
     """Build the character vocabulary of the training split, write it, load it as an ErnieTokenizer.
     Every rank may write the same file: a private temporary file, then a rename."""
-    from .tokenizer import VOCAB_FILE, _write_replacing, char_tokenizer, char_vocab_cached
+    from .tokenizer import VOCAB_FILE, char_tokenizer, char_vocab_cached, write_text_atomic
 
     tokens = char_vocab_cached(train_texts, options.vocab_min_freq, _cache_dir(options, output_dir))
     path = os.path.join(output_dir, "tokenizer", VOCAB_FILE)
-    _write_replacing(path, "\n".join(tokens) + "\n")
+    write_text_atomic(path, "\n".join(tokens) + "\n")
     return char_tokenizer(path)
 
 

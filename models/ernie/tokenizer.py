@@ -118,11 +118,11 @@ def char_vocab_cached(texts: Sequence[str], min_freq: int, cache_dir: str, write
             pass  # unreadable: count again and overwrite
     tokens = build_char_vocab(texts, min_freq=min_freq)
     if write:
-        _write_replacing(path, "\n".join(tokens) + "\n")
+        write_text_atomic(path, "\n".join(tokens) + "\n")
     return tokens
 
 
-def _write_replacing(path: str, text: str) -> None:
+def write_text_atomic(path: str, text: str) -> None:
     """``text`` to ``path`` through a temporary file and a rename (a reader never sees half of it)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
