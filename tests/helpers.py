@@ -57,3 +57,15 @@ def launch(script: str, args, nproc: int, log_dir: str, timeout: int = 240) -> s
                     logs += f"\n--- {name}\n" + f.read()[-3000:]
         raise AssertionError(f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}{logs}")
     return proc
+
+
+def process_tree(pid: int) -> list:
+    """``pid`` and every descendant as psutil processes; empty once ``pid`` is gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from helpers import REPO, free_port
+from helpers import REPO, free_port, process_tree
 from safetensors.numpy import load_file
 
 TRIALS = int(os.environ.get("PTRAIN_ELASTIC_TRIALS", "1"))
@@ -107,11 +107,7 @@ class Node:
         self.proc = subprocess.Popen(cmd, env=ENV, cwd=REPO, stdout=self.err, stderr=subprocess.STDOUT)
 
     def tree(self):
-        try:
-            root = psutil.Process(self.proc.pid)
-            return [root] + root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
+        return process_tree(self.proc.pid)
 
     def kill(self):
         for p in self.tree():

@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from helpers import REPO
+from helpers import REPO, process_tree
 
 from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, OWNER_ENV
 
@@ -72,11 +72,7 @@ class Proc:
                                   env=kw.pop("env", None) or env(), **kw)
 
     def tree(self):
-        try:
-            root = psutil.Process(self.p.pid)
-            return [root] + root.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
+        return process_tree(self.p.pid)
 
     def kill9_entry_point(self):
         """kill -9 of the container's PID 1 (the OOM killer's way): the kernel then kills the whole namespace."""
