@@ -117,6 +117,7 @@ class Trainer(PaddleNLPAPI):
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
         self._seeded_train: Optional[SeededDataset] = None
+        self._epoch_batches = None  # the current epoch's batch iterator (trainer.data.read_ahead settles it at a save)
         self._writer = ckpt_writer.CheckpointWriter()
         self._pending_resume: Optional[str] = None
         # what defines the run besides TrainingArguments (a task's options; trainer.checkpoint.resume): saved in
@@ -173,7 +174,7 @@ class Trainer(PaddleNLPAPI):
             # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
             dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
         return make_loader(dataset, self._train_sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers)
+                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead)
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
         if iterable.is_iterable(dataset):
@@ -184,7 +185,7 @@ class Trainer(PaddleNLPAPI):
                             "give more samples or run with fewer processes")
         sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, self.world_size, self.rank)
         return make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers)
+                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead)
 
     def create_optimizer(self) -> paddle.optimizer.Optimizer:
         """``args.optim`` over the model's parameters; weight decay only on
@@ -405,7 +406,7 @@ class Trainer(PaddleNLPAPI):
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
-            batches = _iterate(loader)
+            batches = self._epoch_batches = _iterate(loader)
             try:
                 try:
                     self._train_epoch(batches)
@@ -616,6 +617,9 @@ class Trainer(PaddleNLPAPI):
         root = checkpoints_dir(self.args.output_dir)
         final = path or os.path.join(root, f"step-{self.state.global_step}")
         dist.broadcast_buffers(self.model)  # the saved BatchNorm statistics are the ones every rank uses
+        settle = getattr(self._epoch_batches, "settle", None)
+        if settle is not None:  # a batch read ahead that drew randomness is undone: the RNGs saved are the step's
+            settle()
         snap = snapshot(self)
         if self.is_main_process:
             self._writer.wait()

@@ -19,6 +19,7 @@ from ..errors import DataError, WorkerKilled
 from ..process import dataloader_worker_init
 from .batch import default_collate
 from .batch_errors import load_batch
+from .read_ahead import ReadAhead
 
 
 def dataset_length(dataset, role: str) -> int:
@@ -76,28 +77,42 @@ class SeededDataset(paddle.io.Dataset):
 
 
 class InProcessLoader:
-    """Batches built in the calling thread: ``collate_fn([dataset[i] for i in batch])``,
+    """Batches built in this process: ``collate_fn([dataset[i] for i in batch])``,
     numpy arrays turned into tensors on the current device.
 
     Used instead of ``paddle.io.DataLoader`` when there are no workers: paddle
     3.3.1's single-process loader waits forever when ``__getitem__`` raises,
     while here the dataset's own exception (with its file name) reaches the
-    caller. No thread reads ahead, so the dataset draws randomness from the
-    main process's RNGs exactly when the step needs the batch, and the RNG
-    state saved at a step boundary resumes the data pipeline exactly.
+    caller at its step. With ``read_ahead`` the next batches are built in a
+    thread while the step runs, as paddle's own loader does, whenever fetching
+    a batch draws from no global RNG (:mod:`trainer.data.read_ahead`); a
+    dataset that draws randomness is read in the calling thread exactly when
+    the step needs the batch, so the RNG state saved at a step boundary
+    resumes the data pipeline exactly either way.
     """
 
-    def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None):
+    def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None, read_ahead: bool = False):
         self.dataset = dataset
         self.batch_sampler = batch_sampler
         self.collate_fn = collate_fn or default_collate
+        self.read_ahead = read_ahead
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self):
-        for indices in self.batch_sampler:  # a bad sample is a DataError naming its index and field
-            yield to_tensors(load_batch(self.dataset, indices, self.collate_fn))
+        if self.read_ahead:
+            # tensors are made in the thread on CPU; on a device the copy is the training thread's
+            return ReadAhead(iter(self.batch_sampler), self._fetch, to_tensors,
+                             convert_in_thread=paddle.get_device() == "cpu")
+        return self._batches()
+
+    def _fetch(self, indices):
+        return load_batch(self.dataset, indices, self.collate_fn)  # a bad sample is a DataError naming its index and field
+
+    def _batches(self):
+        for indices in self.batch_sampler:
+            yield to_tensors(self._fetch(indices))
 
 
 def to_tensors(value):
@@ -231,15 +246,16 @@ class CollateFetched:
         return self.collate_fn(fetched[0])
 
 
-def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0):
-    """An :class:`InProcessLoader` without workers, else a ``paddle.io.DataLoader`` with
+def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0, read_ahead: bool = False):
+    """An :class:`InProcessLoader` without workers (reading ahead in a thread when
+    ``read_ahead``), else a ``paddle.io.DataLoader`` with
     ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`).
     The workers ignore SIGTERM/SIGINT and die with the training process
     (``trainer.process.dataloader_worker_init``). A dataset with ``__getitems__``
     is asked for whole batches there too (:class:`BatchFetches`), and a batch it
     assembled itself (``trainer.data.batch.AssembledBatch``) is not collated again."""
     if num_workers == 0:
-        return InProcessLoader(dataset, batch_sampler, collate_fn)
+        return InProcessLoader(dataset, batch_sampler, collate_fn, read_ahead=read_ahead)
     if hasattr(dataset, "__getitems__"):
         dataset, batch_sampler = BatchFetches(dataset), OneFetchPerBatch(batch_sampler)
         collate_fn = CollateFetched(collate_fn)
