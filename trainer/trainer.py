@@ -34,6 +34,7 @@ from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.snapshot import snapshot
+from .loss_window import LossWindow
 from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
@@ -372,10 +373,9 @@ class Trainer(PaddleNLPAPI):
             if self.lr_scheduler is None:
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
-        self._loss_sum = paddle.zeros([], dtype="float32")
-        self._loss_steps = 0
+        self._losses = LossWindow()
         if resume:
-            self.load_checkpoint(resume)  # restores the partial logging window (_loss_sum, _loss_steps) too
+            self.load_checkpoint(resume)  # restores the partial logging window (_losses) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
             self.state.status = "running"
         self.model.train()
@@ -451,10 +451,9 @@ class Trainer(PaddleNLPAPI):
             part = loss / n if n > 1 else loss
             step_loss = part if step_loss is None else step_loss + part
         state.step_loss = step_loss
-        self._loss_sum += step_loss
+        self._losses.add(step_loss)
         self._optimizer_step()
         state.step_in_epoch += 1
-        self._loss_steps += 1
         state.last_step_time = time.perf_counter() - step_start
         self.fire(Event.STEP_END)
 
@@ -537,9 +536,9 @@ class Trainer(PaddleNLPAPI):
     def _log_training(self) -> None:
         """Reduce the mean loss since the last log across ranks (the one host sync) and fire ``log``."""
         state = self.state
-        if self._loss_steps == 0:
+        if self._losses.steps == 0:
             return
-        mean_loss = dist.all_reduce_mean(self._loss_sum / self._loss_steps)
+        mean_loss = dist.all_reduce_mean(self._losses.total() / self._losses.steps)
         now = time.perf_counter()
         t0, samples0, tokens0 = self._log_clock
         elapsed = max(now - t0, 1e-9)
@@ -554,8 +553,7 @@ class Trainer(PaddleNLPAPI):
             record["tokens_per_second"] = (state.tokens_seen - tokens0) / elapsed
         if state.grad_norm is not None:
             record["grad_norm"] = float(state.grad_norm)
-        self._loss_sum = paddle.zeros([], dtype="float32")
-        self._loss_steps = 0
+        self._losses.reset()
         self._log_clock = (now, state.samples_seen, state.tokens_seen)
         self.log(record)
 

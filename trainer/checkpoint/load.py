@@ -50,8 +50,7 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         unclaimed = trainer.callbacks.load_state_dict(meta["callbacks"])
         window = meta.get("loss_window")
         if window:  # every rank carries the ranks' mean: the logged mean over ranks comes out the same
-            trainer._loss_sum = paddle.to_tensor(window["sum"], dtype="float32")
-            trainer._loss_steps = int(window["steps"])
+            trainer._losses.reset(window["sum"], int(window["steps"]))
         if meta["world_size"] == dist.get_world_size():
             set_rng_state(meta["rng_per_rank"][dist.get_rank()])
         else:

@@ -114,10 +114,10 @@ def snapshot(trainer) -> dict:
 def _loss_window(trainer) -> Optional[dict]:
     """The loss summed since the last log record (mean over ranks) and the steps in it, so a resumed run logs
     the same value for the window that spans the interruption. One host read, at a save."""
-    steps = getattr(trainer, "_loss_steps", 0)
-    if not steps:
+    window = getattr(trainer, "_losses", None)
+    if window is None or not window.steps:
         return None
-    return {"sum": float(dist.all_reduce_mean(trainer._loss_sum)), "steps": int(steps)}
+    return {"sum": float(dist.all_reduce_mean(window.total())), "steps": int(window.steps)}
 
 
 def _gather_json(value) -> list:

@@ -1,7 +1,8 @@
 """Data for the loop: samplers, loaders, streams, column filtering, and what a batch holds.
 
 Owns: the resumable training sampler and the sharded evaluation sampler
-(``samplers``), loaders and their workers (``loader``), ``IterableDataset``
+(``samplers``), loaders and their workers (``loader``), reading the next batches
+in a thread while the step runs (``read_ahead``), ``IterableDataset``
 streams sharded by rank (``iterable``), dropping the columns a model does not
 take (``columns``), naming the sample behind a bad batch (``batch_errors``), and
 reading a batch's size and labels, and a batch a dataset assembled itself

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
+import paddle
 
 from ..errors import DataError, TrainerError
 
@@ -126,6 +127,7 @@ def label_error(outputs, labels, indices: Optional[Sequence[int]]) -> Optional[D
 
 
 _CLASS_LOSSES = ("CrossEntropyLoss", "NLLLoss")
+_INDEX_DTYPES = (paddle.int64, paddle.int32)
 
 
 def label_dtype_error(loss_fn, labels) -> Optional[DataError]:
@@ -135,7 +137,10 @@ def label_dtype_error(loss_fn, labels) -> Optional[DataError]:
     name = type(loss_fn).__name__
     if name not in _CLASS_LOSSES or getattr(loss_fn, "soft_label", False):
         return None
-    dtype = str(getattr(labels, "dtype", "")).replace("paddle.", "")
+    dtype = getattr(labels, "dtype", "")
+    if dtype in _INDEX_DTYPES:  # every step: the usual case without formatting the dtype
+        return None
+    dtype = str(dtype).replace("paddle.", "")
     if not dtype.startswith(("float", "bfloat")):
         return None
     return DataError(f"labels are {dtype} but {name} takes class indices of dtype int64: give int64 labels (e.g. "
