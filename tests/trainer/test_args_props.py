@@ -154,7 +154,9 @@ VALID = {
     "save_total_limit": st.none() | st.integers(1, 100),
     "metric_for_best_model": st.none() | st.sampled_from(["eval_accuracy", "eval_loss", "eval_f1"]),
     "greater_is_better": st.none() | st.booleans(),
-    "resume_from_checkpoint": st.none() | st.just("auto") | path_text,
+    # (a directory named like a boolean is spelled ./0: "0", "no", "true"... are the switch's words)
+    "resume_from_checkpoint": st.none() | st.just("auto") | path_text.filter(
+        lambda s: s.strip().lower() not in ("true", "yes", "1", "false", "no", "0")),
     "device": st.sampled_from([d for d in DEVICES if d != "auto"]),  # auto is resolved to gpu or cpu
     # PaddleNLP spellings that change other fields (tested in tests/compat/test_args_compat.py)
     "fp16": st.just(False),

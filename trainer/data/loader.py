@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 import paddle
+from paddle.base.framework import _current_expected_place, _set_expected_place
 from paddle.io import BatchSampler, DataLoader
 from ..errors import DataError, WorkerKilled
 from ..process import dataloader_worker_init
@@ -103,8 +104,10 @@ class InProcessLoader:
     def __iter__(self):
         if self.read_ahead:
             # tensors are made in the thread on CPU; on a device the copy is the training thread's
+            place = _current_expected_place()
             return ReadAhead(iter(self.batch_sampler), self._fetch, to_tensors,
-                             convert_in_thread=paddle.get_device() == "cpu")
+                             convert_in_thread=paddle.get_device() == "cpu",
+                             thread_init=functools.partial(_set_expected_place, place))
         return self._batches()
 
     def _fetch(self, indices):

@@ -124,11 +124,15 @@ class ReadAhead:
 
     ``fetch`` returns a batch or raises; ``convert`` (e.g. numpy to tensors) runs where the batch
     is fetched when ``convert_in_thread``, else in the caller's thread when the batch is handed out.
+    ``thread_init`` runs first in the thread (the loader sets paddle's expected place there, as
+    paddle's own reader thread does, so a dataset's tensors land on this process's device).
     """
 
     def __init__(self, batches: Iterator[List[int]], fetch: Callable[[List[int]], Any],
-                 convert: Callable[[Any], Any], convert_in_thread: bool = True, depth: int = 2):
+                 convert: Callable[[Any], Any], convert_in_thread: bool = True, depth: int = 2,
+                 thread_init: Optional[Callable[[], None]] = None):
         self._batches = batches
+        self._thread_init = thread_init
         self._fetch = fetch
         self._convert = convert
         self._convert_in_thread = convert_in_thread
@@ -235,6 +239,8 @@ class ReadAhead:
             self._cond.notify_all()
 
     def _run(self) -> None:
+        if self._thread_init is not None:
+            self._thread_init()
         last = self._anchor_print
         while True:
             with self._cond:
