@@ -30,6 +30,7 @@ import paddle
 
 from . import distributed as dist
 from .compat.outputs import EvalPrediction
+from .data import close_iterator
 from .data.batch import batch_size
 from .events import Event
 from .metric_keys import flatten_metrics
@@ -53,9 +54,10 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     model.eval()
     loss_sum = paddle.zeros([], dtype="float64")
     has_loss, all_preds, all_labels, count = False, [], [], 0
+    batches = iter(loader)
     try:
         with paddle.no_grad():
-            for batch in loader:
+            for batch in batches:
                 if begin:
                     trainer.fire(begin)
                 loss, preds, labels = trainer.evaluation_step(trainer.model, batch)
@@ -72,6 +74,7 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
                 if end:
                     trainer.fire(end)
     finally:
+        close_iterator(batches)  # a read-ahead thread or DataLoader workers end with the pass, or with its failure
         if was_training:
             model.train()
     local_preds = join_batches(all_preds)

@@ -118,6 +118,27 @@ class _Item:
         self.drew_from: Optional[tuple] = None  # the RNG states before this batch drew from them
 
 
+class _Channel:
+    """What the thread and the caller share (the thread holds this, not the :class:`ReadAhead`,
+    so an iterator its caller drops is collected, and its ``__del__`` ends the thread)."""
+
+    def __init__(self, depth: int):
+        self.cond = threading.Condition()
+        self.ready: collections.deque = collections.deque()
+        self.depth = depth
+        self.stop = False
+
+    def put(self, item: _Item) -> None:
+        with self.cond:
+            self.ready.append(item)
+            self.cond.notify_all()
+
+    def end(self) -> None:
+        with self.cond:
+            self.stop = True
+            self.cond.notify_all()
+
+
 class ReadAhead:
     """The batches of ``fetch(indices)`` for each ``indices`` of ``batches``, in order, up to
     ``depth`` of them fetched ahead by a daemon thread (see the module's docstring for when).
@@ -132,23 +153,23 @@ class ReadAhead:
                  convert: Callable[[Any], Any], convert_in_thread: bool = True, depth: int = 2,
                  thread_init: Optional[Callable[[], None]] = None):
         self._batches = batches
-        self._thread_init = thread_init
         self._fetch = fetch
         self._convert = convert
         self._convert_in_thread = convert_in_thread
-        self._depth = depth
-        self._ready: collections.deque = collections.deque()
+        self._thread_init = thread_init
+        self._ch = _Channel(depth)
         self._again: collections.deque = collections.deque()  # indices settle() handed back, fetched first
-        self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
-        self._stop = False
-        self._anchor: Optional[tuple] = None  # the RNG states when the thread started, and their fingerprint
-        self._anchor_print: Optional[tuple] = None
         self.checked = False  # the first batch was fetched here and drew from no generator
         self.inline = False   # every batch is fetched in the caller's thread from now on
 
     def __iter__(self):
         return self
+
+    def __del__(self):
+        ch = getattr(self, "_ch", None)
+        if ch is not None:
+            ch.end()
 
     # ---- the caller's side -------------------------------------------------------------------------
     def __next__(self):
@@ -171,13 +192,14 @@ class ReadAhead:
 
     def _take(self) -> Optional[_Item]:
         """The next batch the thread fetched (waiting for it while the thread runs), else None."""
-        with self._cond:
-            while not self._ready and self._thread is not None:
+        ch = self._ch
+        with ch.cond:
+            while not ch.ready and self._thread is not None:
                 if not self._thread.is_alive():
                     raise RuntimeError("the read-ahead thread ended without handing over a batch")
-                self._cond.wait(timeout=1.0)
-            item = self._ready.popleft() if self._ready else None
-            self._cond.notify_all()
+                ch.cond.wait(timeout=1.0)
+            item = ch.ready.popleft() if ch.ready else None
+            ch.cond.notify_all()
         return item
 
     def _next_here(self):
@@ -198,73 +220,69 @@ class ReadAhead:
         if self._thread is None:
             return
         self._join()
-        if self._ready and self._ready[-1].drew_from is not None:  # fetched ahead, and it drew: undo it
-            item = self._ready.pop()
+        ready = self._ch.ready
+        if ready and ready[-1].drew_from is not None:  # fetched ahead, and it drew: undo it
+            item = ready.pop()
             set_host_rng_state(item.drew_from)
             self._again.append(item.indices)
             self.inline = True
 
     def close(self) -> None:
         """End the thread (a fetch it is in finishes in the background) and drop what it read."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
+        self._ch.end()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=5.0)  # a fetch that hangs stays in its daemon thread: never block the caller
-        self._ready.clear()
+        self._ch.ready.clear()
         close = getattr(self._batches, "close", None)
         if close is not None and (thread is None or not thread.is_alive()):
             close()
 
-    # ---- the thread ---------------------------------------------------------------------------------
     def _start(self) -> None:
-        self._stop = False
-        self._anchor, self._anchor_print = full_host_rng_state(), host_rng_state()
-        self._thread = threading.Thread(target=self._run, name="ptrain-read-ahead", daemon=True)
+        self._ch.stop = False
+        anchor = full_host_rng_state(), host_rng_state()
+        self._thread = threading.Thread(target=_read, name="ptrain-read-ahead", daemon=True, args=(
+            self._ch, self._batches, self._fetch, self._convert if self._convert_in_thread else None, anchor,
+            self._thread_init))
         self._thread.start()
 
     def _join(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
+        self._ch.end()
         if self._thread is not None:
             self._thread.join()
         self._thread = None
-        self._stop = False
+        self._ch.stop = False
 
-    def _put(self, item: _Item) -> None:
-        with self._cond:
-            self._ready.append(item)
-            self._cond.notify_all()
 
-    def _run(self) -> None:
-        if self._thread_init is not None:
-            self._thread_init()
-        last = self._anchor_print
-        while True:
-            with self._cond:
-                while len(self._ready) >= self._depth and not self._stop:
-                    self._cond.wait()
-                if self._stop:
-                    return
-            if host_rng_state() != last:  # the training thread drew from them: hand the batches back to it
-                return self._put(_Item(_INLINE))
-            try:
-                indices = next(self._batches)
-            except StopIteration:
-                return self._put(_Item(_END))
-            except BaseException as exc:  # noqa: BLE001 - the sampler's error, raised at its step
-                return self._put(_Item(_ERROR, exc))
-            with FETCH_LOCK:
-                try:
-                    batch = self._fetch(indices)
-                    item = _Item(_BATCH, self._convert(batch) if self._convert_in_thread else batch, indices)
-                except BaseException as exc:  # noqa: BLE001 - the dataset's error, raised at its step
-                    item = _Item(_ERROR, exc, indices)
-                now = host_rng_state()
-            if now != last:  # it drew; nothing did since the thread started (each check passed): undo with that
-                item.drew_from = self._anchor
-            self._put(item)
-            if item.kind == _ERROR or item.drew_from is not None:
+def _read(ch: _Channel, batches, fetch, convert, anchor: tuple, thread_init) -> None:
+    """The thread: fetch batches in order while there is room, until told to stop, the batches end, a
+    fetch raises or draws, or the RNGs move between fetches (the caller drew: it fetches from now on)."""
+    if thread_init is not None:
+        thread_init()
+    full, last = anchor
+    while True:
+        with ch.cond:
+            while len(ch.ready) >= ch.depth and not ch.stop:
+                ch.cond.wait()
+            if ch.stop:
                 return
+        if host_rng_state() != last:  # the training thread drew from them: hand the batches back to it
+            return ch.put(_Item(_INLINE))
+        try:
+            indices = next(batches)
+        except StopIteration:
+            return ch.put(_Item(_END))
+        except BaseException as exc:  # noqa: BLE001 - the sampler's error, raised at its step
+            return ch.put(_Item(_ERROR, exc))
+        with FETCH_LOCK:
+            try:
+                batch = fetch(indices)
+                item = _Item(_BATCH, batch if convert is None else convert(batch), indices)
+            except BaseException as exc:  # noqa: BLE001 - the dataset's error, raised at its step
+                item = _Item(_ERROR, exc, indices)
+            now = host_rng_state()
+        if now != last:  # it drew; nothing did since the thread started (each check passed): undo with that
+            item.drew_from = full
+        ch.put(item)
+        if item.kind == _ERROR or item.drew_from is not None:
+            return

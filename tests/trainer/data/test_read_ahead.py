@@ -168,7 +168,7 @@ def test_settle_undoes_a_batch_that_drew_and_fetches_it_again():
     it = ReadAhead(iter(batches), fetch, lambda b: b)
     got = [next(it), next(it)]  # the first here (checked), the second by the thread, which goes on to [4, 5]
     for _ in range(500):  # until the thread has fetched [4, 5], drawn, and stopped
-        if it._ready and it._ready[-1].drew_from is not None:
+        if it._ch.ready and it._ch.ready[-1].drew_from is not None:
             break
         threading.Event().wait(0.01)
     else:
@@ -190,3 +190,14 @@ def test_rng_fingerprints_see_every_kind_of_draw():
         assert host_rng_state() != before
     before = host_rng_state()
     assert host_rng_state() == before
+
+
+def test_an_iterator_dropped_half_way_ends_its_thread():
+    it = ReadAhead(iter([[i] for i in range(100)]), lambda b: b, lambda b: b)
+    assert next(it) == [0] and next(it) == [1] and len(read_ahead_threads()) == 1
+    del it  # e.g. a loop over the loader that broke out, or raised, before its end
+    for _ in range(500):
+        if not read_ahead_threads():
+            break
+        threading.Event().wait(0.01)
+    assert read_ahead_threads() == []
