@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import paddle
 
+from callbacks import Callback
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,6 +28,17 @@ class ToyDataset(paddle.io.Dataset):
 
     def __getitem__(self, i):
         return self.x[i], self.y[i]
+
+
+class StopAt(Callback):
+    """Stops the run (``state.should_stop``) at the end of optimizer step ``step``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, trainer):
+        if trainer.state.global_step == self.step:
+            trainer.state.should_stop = True
 
 
 def make_mlp(seed: int = 0, features: int = 8, hidden: int = 16, classes: int = 2) -> paddle.nn.Layer:

@@ -14,9 +14,8 @@ sys.path.append(TESTS)
 
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
-from helpers import ToyDataset, make_mlp  # noqa: E402
+from helpers import StopAt, ToyDataset, make_mlp  # noqa: E402
 
-from callbacks import Callback  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
@@ -29,15 +28,6 @@ class Recording(ToyDataset):
     def __getitem__(self, i):
         self.fetched.append(int(i))
         return super().__getitem__(i)
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer):
-        if trainer.state.global_step == self.step:
-            trainer.state.should_stop = True
 
 
 def main(out_dir, tag, stop_at=0, resume=None):

@@ -3,20 +3,11 @@
 import os
 
 import paddle
-from helpers import ToyDataset, make_mlp, params_of
+from helpers import StopAt, ToyDataset, make_mlp, params_of
 
 from callbacks import Callback, EarlyStopping
 from trainer import Trainer, TrainingArguments
 from trainer.checkpoint.manifest import LATEST, read_checkpoint
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer):
-        if trainer.state.global_step == self.step:
-            trainer.state.should_stop = True
 
 
 def _trainer(out, callbacks, evaluation="no", save_strategy="steps"):

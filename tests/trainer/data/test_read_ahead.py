@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import paddle
 import pytest
-from helpers import ToyDataset, make_mlp, params_of
+from helpers import StopAt, ToyDataset, make_mlp, params_of
 
 from callbacks import Callback
 from trainer import Trainer, TrainingArguments
@@ -33,15 +33,6 @@ class Recording(ToyDataset):
         if self.draws == "all" or i in self.draws:
             x = x + np.float32(random.random()) + np.random.rand(len(x)).astype("float32")
         return x, y
-
-
-class StopAt(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, trainer):
-        if trainer.state.global_step == self.step:
-            trainer.state.should_stop = True
 
 
 class Steps(Callback):
