@@ -74,7 +74,10 @@ DEFAULTS = {"mlp": (200, 1000, 3), "ernie": (1, 3, 2), "resnet50": (1, 3, 2)}
 # on the slow workloads the progress bar costs nothing measurable: ours-quiet is left out by default
 DEFAULT_VARIANTS = {"mlp": VARIANTS, "ernie": tuple(v for v in VARIANTS if v != "ours-quiet"),
                     "resnet50": tuple(v for v in VARIANTS if v != "ours-quiet")}
-TARGETS = {"ours": (0.93, 0.1), "ours-quiet": (0.93, 0.1), "ours-all": (None, 0.2)}
+# the targets: the defaults within 5% of the bare loop on an idle machine, within 10% under load
+# (judged then on the fastest slices); every built-in callback on: at most 0.2 ms a step added
+TARGETS = {"ours": (0.95, None), "ours-quiet": (0.95, None), "ours-all": (None, 0.2)}
+BUSY_RATIO = 0.90
 COMPOSED = ("ours-quiet+", "ours-quiet-without-", "ours-without-")  # variants named after a callback
 
 
@@ -330,10 +333,13 @@ def verdicts(rows: List[dict], busy: bool) -> List[str]:
         if r["variant"] not in TARGETS or r["ratio"] is None:
             continue
         min_ratio, max_ms = TARGETS[r["variant"]]
+        if busy and min_ratio is not None:
+            min_ratio = BUSY_RATIO
         added, ratio, basis = ((r["best_added_ms"], r["best_ratio"], "best slices") if busy
                                else (r["added_ms"], r["ratio"], "whole window"))
-        ok = added <= max_ms and (min_ratio is None or ratio >= min_ratio)
-        want = f"≤ {max_ms} ms/step added" + (f", ≥ {min_ratio} of bare" if min_ratio else "")
+        ok = (max_ms is None or added <= max_ms) and (min_ratio is None or ratio >= min_ratio)
+        want = ", ".join(([f"≤ {max_ms} ms/step added"] if max_ms is not None else [])
+                         + ([f"≥ {min_ratio} of bare" + (" (busy machine)" if busy else "")] if min_ratio else []))
         lines.append(f"- {r['variant']} ({basis}): {added:+.3f} ms/step, {ratio:.3f} of bare, CPU "
                      f"{r['best_cpu_added_ms' if busy else 'cpu_added_ms']:+.3f} ms/step (target {want}): "
                      f"{'met' if ok else 'MISSED'}")
