@@ -32,7 +32,6 @@ from __future__ import annotations
 import array
 import collections
 import ctypes
-import functools
 import random
 import sys
 import threading
@@ -52,8 +51,10 @@ _INLINE = "inline"  # the thread saw the RNGs move between its fetches: the call
 def _raw_reader(address: Callable[[], int], size: int, expected: Callable[[bytes], bool]) -> Optional[Callable[[], bytes]]:
     """A reader of ``size`` bytes of a generator's C state at ``address()``, if those bytes are
     the state its own API reports (checked once here), else None."""
+    def read() -> bytes:  # the address each time: the generator object may be replaced
+        return ctypes.string_at(address(), size)
+
     try:
-        read = functools.partial(ctypes.string_at, address(), size)
         return read if expected(read()) else None
     except Exception:  # noqa: BLE001 - another interpreter or numpy: the API then
         return None
@@ -74,8 +75,17 @@ _MT_WORDS = 624
 # CPython's RandomObject: PyObject_HEAD (16 bytes), int index, uint32_t state[624]; numpy's
 # mt19937_state: uint32_t key[624], int pos. Read in ~2 microseconds where the API takes 18 and 91.
 _read_python = _raw_reader(lambda: id(random._inst) + 16, 4 + _MT_WORDS * 4, _python_matches)
-_read_numpy = _raw_reader(lambda: np.random.mtrand._rand._bit_generator.ctypes.state_address,
-                          _MT_WORDS * 4 + 4, _numpy_matches)
+_numpy_generator: list = [None, 0]  # numpy's global bit generator and the address of its state (.ctypes is slow)
+
+
+def _numpy_state_address() -> int:
+    generator = np.random.mtrand._rand._bit_generator
+    if generator is not _numpy_generator[0]:
+        _numpy_generator[:] = [generator, generator.ctypes.state_address]
+    return _numpy_generator[1]
+
+
+_read_numpy = _raw_reader(_numpy_state_address, _MT_WORDS * 4 + 4, _numpy_matches)
 
 
 def host_rng_state() -> tuple:
