@@ -92,13 +92,14 @@ class BatchSlots:
     each batch back in the same order (:meth:`take`, which frees its slot); a worker writes the batch into
     the slot it was given (:meth:`store`)."""
 
-    def __init__(self, count: int, slot_bytes: int = SLOT_BYTES):
-        self.count, self.slot_bytes = int(count), int(slot_bytes)
+    def __init__(self, count: int, slot_bytes: Optional[int] = None):
+        self.count, self.slot_bytes = int(count), int(SLOT_BYTES if slot_bytes is None else slot_bytes)
         self._region = mmap.mmap(-1, self.count * self.slot_bytes, flags=mmap.MAP_SHARED | _MAP_NORESERVE)
         self.reset()
 
     def reset(self) -> None:
         """All slots free (a new epoch's iterator, the previous one's workers gone)."""
+        self.handed_over = 0  # arrays this iterator took out of a slot (the others came paddle's way)
         self._free = collections.deque(range(self.count))
         self._sent = collections.deque()  # the slot of each batch sent and not yet taken, in order
 
@@ -152,6 +153,7 @@ class BatchSlots:
         if isinstance(value, SlotRef):
             size = int(np.prod(value.shape, dtype=np.int64))
             host = np.frombuffer(self._region, np.dtype(value.dtype), size, value.offset).reshape(value.shape)
+            self.handed_over += 1
             if cpu:  # a copy of its own (the slot is reused), handed over without another copy
                 return paddle.utils.dlpack.from_dlpack(host.copy())
             return paddle.to_tensor(host)  # straight from the slot to the device
