@@ -1,49 +1,38 @@
 """How batches come from DataLoader workers: fetched a batch at a time, handed over through shared-memory slots.
 
-``make_loader`` with workers builds a :class:`WorkerLoader`: paddle's
-``DataLoader`` (its workers, their shutdown and failure reporting), given
-whole batches to fetch. Each sampler batch reaches a worker as one item
-``(slot, indices)`` (:class:`OneFetchPerBatch`); the worker fetches it with one
-``__getitems__(indices)`` call when the dataset has one (paddle 3.3's fetcher
-calls ``dataset[i]`` once per index), else sample by sample
-(:class:`BatchFetches`), collates it (:class:`CollateFetched`) and puts its
-large arrays into the slot.
+``make_loader`` with workers builds a :class:`WorkerLoader`: paddle's ``DataLoader`` (its worker
+processes, their shutdown and failure reporting), given whole batches to fetch. Each sampler batch
+reaches a worker as one item ``(slot, indices)`` (:class:`OneFetchPerBatch`); the worker fetches it
+with one ``__getitems__(indices)`` call when the dataset has one (paddle 3.3's fetcher calls
+``dataset[i]`` once per index), else sample by sample (:class:`BatchFetches`), collates it
+(:class:`CollateFetched`) and hands it over through the slot.
 
-The slots:
+Why slots: paddle 3.3.1's worker moves every array of a batch through a new shared-memory segment of
+its own. It copies the array into a new ``DenseTensor`` (the pages of a fresh allocation fault in),
+copies that into a new ``/dev/shm`` file (``_share_filename``), and the training process maps the file
+and faults its pages in again. Measured here: about 12 ms of CPU for a 4.8 MB batch of 32 uint8
+images of 224 x 224, 0.39 ms per image, a quarter of what decoding the image costs. Instead:
 
-paddle 3.3.1's worker moves every array of a batch through a new shared-memory
-segment of its own: it copies the array into a new ``DenseTensor`` (the pages of
-a fresh allocation fault in), copies that into a new ``/dev/shm`` file
-(``_share_filename``), and the training process maps the file and faults its
-pages in again. Measured here: about 12 ms of CPU for a 4.8 MB batch of 32
-uint8 images of 224 x 224, 0.39 ms per image, a fifth of what decoding the image
-costs.
+1. the loader maps one anonymous shared region before its workers fork, cut into slots
+   (:class:`BatchSlots`), and the training process gives each batch a free slot along with its
+   indices (:meth:`BatchSlots.acquire`);
+2. the worker writes the batch into it (:class:`SlotWriter`): a dataset that assembles its batch
+   asks for its arrays with ``trainer.data.batch.batch_array`` and writes them in place; any other
+   array of 64 KiB or more (images, token ids) is copied in, one ``memcpy``. The worker sends only
+   where they are (:class:`SlotRef`);
+3. the training process copies them out into tensors on the current device and frees the slot
+   (:meth:`BatchSlots.take`): on the CPU into a numpy array of its own, which the tensor then owns
+   (DLPack), so a batch never changes under a step or a callback that keeps it.
 
-Instead, the loader maps one anonymous shared region before its workers fork, cut into
-slots (:class:`BatchSlots`):
-
-1. the training process gives each batch a free slot along with its indices
-   (:class:`OneFetchPerBatch`);
-2. the worker that builds the batch copies its large arrays (64 KiB and more:
-   images, token ids) into that slot, one ``memcpy`` each, and sends their place
-   (:class:`SlotRef`) instead (:meth:`BatchSlots.store`);
-3. the training process copies them out into tensors on the current device and
-   frees the slot (:meth:`BatchSlots.take`): on the CPU into a numpy array of its
-   own, which the tensor then owns (DLPack), so a batch never changes under a
-   step or a callback that keeps it.
-
-About 2 ms of CPU per such batch, all processes counted. Small arrays (labels)
-still go paddle's way, which needs at least one tensor per batch anyway, and
-so does a whole batch when no slot is free or it does not fit in one
-(``SLOT_BYTES``). There are ``prefetch_factor x workers + 1`` slots (the batches
-paddle keeps in flight, plus the one being copied out), so one is always free
-while batches are taken in order. A slot is address space only (``MAP_NORESERVE``):
-the pages a batch touches take memory, and stay until the loader goes. The
-region has no name: nothing is left in ``/dev/shm`` when a process is killed,
-it goes with the last process that maps it. Needs the ``fork`` start method
-(Linux's default through Python 3.13); with another one the loader is
-paddle's alone.
+Small arrays (labels) still go paddle's way, which needs at least one tensor per batch anyway, and so
+does a whole batch when no slot is free or it does not fit in one (``SLOT_BYTES``). Each worker has a
+pool of ``prefetch_factor + 1`` slots (its batches in flight, plus the one being taken out), so one is
+free while batches are taken in order. A slot is address space only (``MAP_NORESERVE``): the pages a
+batch touches take memory, and stay until the loader goes. The region has no name: nothing is left in
+``/dev/shm`` when a process is killed, it goes with the last process that maps it. Needs the ``fork``
+start method (Linux's default through Python 3.13); with another one the loader is paddle's alone.
 """
+
 
 from __future__ import annotations
 
@@ -53,14 +42,14 @@ import mmap
 import multiprocessing
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import paddle
 from paddle.io import BatchSampler, DataLoader
 
 from ..process import dataloader_worker_init
-from .batch import default_collate
+from .batch import batch_memory, default_collate
 
 SLOT_BYTES = 256 << 20  #: address space per slot; a larger batch goes paddle's way
 MIN_BYTES = 64 << 10  #: smaller arrays go paddle's way
@@ -90,7 +79,7 @@ class BatchSlots:
 
     The training process hands slots out (:meth:`acquire`, in the order the batches are sent) and takes
     each batch back in the same order (:meth:`take`, which frees its slot); a worker writes the batch into
-    the slot it was given (:meth:`store`)."""
+    the slot it was given (:meth:`writer`)."""
 
     def __init__(self, count: int, slot_bytes: Optional[int] = None, pools: int = 1):
         self.count, self.slot_bytes = int(count), int(SLOT_BYTES if slot_bytes is None else slot_bytes)
@@ -119,33 +108,11 @@ class BatchSlots:
         return slot
 
     # ---- in the worker ----------------------------------------------------------
-    def store(self, batch, slot: Optional[int]):
-        """``batch`` with each ndarray of ``MIN_BYTES`` or more copied into ``slot`` and replaced by its
-        :class:`SlotRef` (lists, tuples and mappings walked; what does not fit stays as it is)."""
+    def writer(self, slot: Optional[int]) -> Optional["SlotWriter"]:
+        """The worker's writes into ``slot`` (None: no slot, the batch goes paddle's way)."""
         if slot is None:
-            return batch
-        start, end = slot * self.slot_bytes, (slot + 1) * self.slot_bytes
-        offset = start
-
-        def put(value):
-            nonlocal offset
-            if isinstance(value, np.ndarray):
-                if value.nbytes < MIN_BYTES or offset + value.nbytes > end or value.dtype.hasobject:
-                    return value
-                target = np.frombuffer(self._region, value.dtype, value.size, offset).reshape(value.shape)
-                np.copyto(target, value)
-                ref = SlotRef(offset, value.shape, value.dtype.str)
-                offset += -(-value.nbytes // _ALIGN) * _ALIGN
-                return ref
-            if isinstance(value, list):
-                return [put(v) for v in value]
-            if type(value) is tuple:
-                return tuple(put(v) for v in value)
-            if isinstance(value, Mapping):
-                return {k: put(v) for k, v in value.items()}
-            return value
-
-        return put(batch)
+            return None
+        return SlotWriter(self._region, slot * self.slot_bytes, (slot + 1) * self.slot_bytes)
 
     # ---- in the training process ------------------------------------------------
     def take(self, batch):
@@ -172,6 +139,53 @@ class BatchSlots:
             return tuple(self._tensors(v, cpu) for v in value)
         if isinstance(value, dict):
             return {k: self._tensors(v, cpu) for k, v in value.items()}
+        return value
+
+
+class SlotWriter:
+    """A worker's writes into one slot (bytes ``start`` to ``end`` of the region): arrays a dataset asks
+    for while it builds the batch (:meth:`array`, through ``trainer.data.batch.batch_array``), then the
+    collated batch's large arrays put there (:meth:`put`), copied unless they are those arrays already."""
+
+    def __init__(self, region, start: int, end: int):
+        self._region, self._offset, self._end = region, start, end
+        self._carved = {}  # data address -> (offset, bytes) of the arrays handed out by array()
+
+    def _room(self, nbytes: int, dtype: np.dtype) -> bool:
+        return nbytes >= MIN_BYTES and self._offset + nbytes <= self._end and not dtype.hasobject
+
+    def _view(self, shape, dtype: np.dtype) -> Tuple[np.ndarray, int]:
+        offset, size = self._offset, int(np.prod(shape, dtype=np.int64))
+        self._offset += -(-size * dtype.itemsize // _ALIGN) * _ALIGN
+        return np.frombuffer(self._region, dtype, size, offset).reshape(shape), offset
+
+    def array(self, shape, dtype) -> Optional[np.ndarray]:
+        """An uninitialized array in the slot, None when it is small or does not fit (then ``np.empty``)."""
+        dtype = np.dtype(dtype)
+        if not self._room(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, dtype):
+            return None
+        array, offset = self._view(tuple(shape), dtype)
+        self._carved[array.__array_interface__["data"][0]] = (offset, array.nbytes)
+        return array
+
+    def put(self, value):
+        """``value`` (the collated batch) with each ndarray of ``MIN_BYTES`` or more in the slot replaced by
+        its :class:`SlotRef` (lists, tuples and mappings walked; what does not fit stays as it is)."""
+        if isinstance(value, np.ndarray):
+            carved = self._carved.get(value.__array_interface__["data"][0]) if value.flags.c_contiguous else None
+            if carved is not None and value.nbytes <= carved[1]:  # written in place by the dataset
+                return SlotRef(carved[0], value.shape, value.dtype.str)
+            if not self._room(value.nbytes, value.dtype):
+                return value
+            target, offset = self._view(value.shape, value.dtype)
+            np.copyto(target, value)
+            return SlotRef(offset, value.shape, value.dtype.str)
+        if isinstance(value, list):
+            return [self.put(v) for v in value]
+        if type(value) is tuple:
+            return tuple(self.put(v) for v in value)
+        if isinstance(value, Mapping):
+            return {k: self.put(v) for k, v in value.items()}
         return value
 
 
@@ -216,11 +230,12 @@ class SlotIterator:
 
 # ---- what paddle's workers are given -------------------------------------------------
 class BatchFetches(paddle.io.Dataset):
-    """The dataset as paddle's workers see it: item ``(slot, indices)`` is ``(slot, the batch's samples)``,
-    fetched in one ``__getitems__(indices)`` call when the dataset has one, else one by one."""
+    """The dataset as paddle's workers see it: item ``(slot, indices)`` is ``(the slot's SlotWriter or None,
+    the batch's samples)``, fetched in one ``__getitems__(indices)`` call when the dataset has one (its
+    ``trainer.data.batch.batch_array`` s then lie in the slot), else one by one."""
 
-    def __init__(self, dataset):
-        self.dataset = dataset
+    def __init__(self, dataset, box: "SlotBox"):
+        self.dataset, self.box = dataset, box
         self._batched = hasattr(dataset, "__getitems__")
 
     def __len__(self) -> int:
@@ -228,9 +243,11 @@ class BatchFetches(paddle.io.Dataset):
 
     def __getitem__(self, item):
         slot, indices = item
-        if self._batched:
-            return slot, self.dataset.__getitems__(list(indices))
-        return slot, [self.dataset[i] for i in indices]
+        writer = self.box.slots.writer(slot) if self.box.slots is not None else None
+        if not self._batched:
+            return writer, [self.dataset[i] for i in indices]
+        with batch_memory(writer):
+            return writer, self.dataset.__getitems__(list(indices))
 
 
 class OneFetchPerBatch(BatchSampler):
@@ -251,15 +268,15 @@ class OneFetchPerBatch(BatchSampler):
 
 class CollateFetched:
     """In the worker: ``collate_fn`` of a :class:`BatchFetches` item's samples, its large arrays put into the
-    item's slot (:meth:`BatchSlots.store`)."""
+    item's slot (:meth:`SlotWriter.put`)."""
 
-    def __init__(self, collate_fn, box: "SlotBox"):
-        self.collate_fn, self.box = collate_fn or default_collate, box
+    def __init__(self, collate_fn):
+        self.collate_fn = collate_fn or default_collate
 
     def __call__(self, fetched):
-        slot, samples = fetched[0]
+        writer, samples = fetched[0]
         batch = self.collate_fn(samples)
-        return batch if self.box.slots is None else self.box.slots.store(batch, slot)
+        return batch if writer is None else writer.put(batch)
 
 
 class WorkerLoader:
@@ -273,8 +290,8 @@ class WorkerLoader:
         # a pool of prefetch + 1 slots per worker: its batches in flight and the one being taken out
         self.box = SlotBox((prefetch + 1) * num_workers if slots_supported() else 0, pools=num_workers)
         self.batch_sampler = batch_sampler
-        self.loader = DataLoader(BatchFetches(dataset), batch_sampler=OneFetchPerBatch(batch_sampler, self.box),
-                                 collate_fn=CollateFetched(collate_fn, self.box), num_workers=num_workers,
+        self.loader = DataLoader(BatchFetches(dataset, self.box), batch_sampler=OneFetchPerBatch(batch_sampler, self.box),
+                                 collate_fn=CollateFetched(collate_fn), num_workers=num_workers,
                                  prefetch_factor=prefetch, return_list=True, persistent_workers=False,
                                  worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
         self._last: Optional[SlotIterator] = None

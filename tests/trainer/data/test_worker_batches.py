@@ -17,7 +17,7 @@ from callbacks import Callback
 from trainer import Trainer, TrainingArguments
 from trainer.data import ResumableDistributedBatchSampler, close_iterator, make_loader
 from trainer.data import worker_batches
-from trainer.data.batch import AssembledBatch, default_collate
+from trainer.data.batch import AssembledBatch, batch_array, batch_memory, default_collate
 from trainer.errors import WorkerKilled
 
 
@@ -34,9 +34,16 @@ class Images(paddle.io.Dataset):
 
 
 class AssembledImages(Images):
+    """Builds its batch in place: the pixels in a batch_array (in a worker: the batch's slot)."""
+
     def __getitems__(self, indices):
         samples = [self[i] for i in indices]
-        return AssembledBatch(samples, default_collate(samples))
+        pixels = batch_array((len(indices), 3, 96, 96), "uint8")
+        for k, sample in enumerate(samples):
+            pixels[k] = sample["pixels"]
+        batch = default_collate(samples)
+        batch["pixels"] = pixels
+        return AssembledBatch(samples, batch)
 
 
 def run(loader):
@@ -126,6 +133,27 @@ def test_an_iterator_made_while_the_previous_ones_workers_run_gets_a_region_of_i
         close_iterator(second)
     assert_same(got_first, want)
     assert_same(got_second, want)
+
+
+def test_a_batch_array_lies_in_the_slot_and_is_handed_over_without_a_copy():
+    slots = worker_batches.BatchSlots(2, slot_bytes=1 << 20)
+    assert slots.acquire() == 0
+    writer = slots.writer(0)
+    with batch_memory(writer):
+        pixels = batch_array((4, 3, 96, 96), "uint8")
+        small = batch_array((4,), "int64")  # under MIN_BYTES: np.empty
+    outside = batch_array((4, 3, 96, 96), "uint8")
+    pixels[...] = 7
+    extra = np.full((4, 20000), 2.5, "float32")
+    sent = writer.put({"pixels": pixels, "extra": extra, "small": small})
+    assert isinstance(sent["pixels"], worker_batches.SlotRef) and sent["pixels"].offset == 0  # in place: first
+    assert isinstance(sent["extra"], worker_batches.SlotRef) and sent["extra"].offset >= pixels.nbytes  # copied after
+    assert sent["small"] is small and outside.base is None and pixels.base is not None  # np.empty outside a worker
+    pixels[0, 0, 0, 0] = 9  # written after put: the slot is the array itself
+    got = slots.take(sent)
+    assert isinstance(got["pixels"], paddle.Tensor) and np.array(got["pixels"])[0, 0, 0, 0] == 9
+    assert (np.array(got["pixels"]).ravel()[1:] == 7).all() and (np.array(got["extra"]) == 2.5).all()
+    assert slots.handed_over == 2 and [slots.acquire(), slots.acquire(), slots.acquire()] == [1, 0, None]  # 0 free again
 
 
 class Wide(paddle.io.Dataset):
