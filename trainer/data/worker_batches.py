@@ -24,8 +24,10 @@ images of 224 x 224, 0.39 ms per image, a quarter of what decoding the image cos
    (:meth:`BatchSlots.take`): on the CPU into a numpy array of its own, which the tensor then owns
    (DLPack), so a batch never changes under a step or a callback that keeps it.
 
-Small arrays (labels) still go paddle's way, which needs at least one tensor per batch anyway, and so
-does a whole batch when no slot is free or it does not fit in one (``SLOT_BYTES``). Each worker has a
+Small arrays (labels) still go paddle's way, which needs at least one tensor per batch anyway: pickled
+through paddle's queue (``use_shared_memory=False``: a new ``/dev/shm`` file for 256 bytes of labels
+costs more than the pickle), and so does a whole batch when no slot is free or it does not fit in one
+(``SLOT_BYTES``). Each worker has a
 pool of ``prefetch_factor + 1`` slots (its batches in flight, plus the one being taken out), so one is
 free while batches are taken in order. A slot is address space only (``MAP_NORESERVE``): the pages a
 batch touches take memory, and stay until the loader goes. The region has no name: nothing is left in
@@ -288,11 +290,13 @@ class WorkerLoader:
     def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 1):
         prefetch = 2  # paddle's default prefetch_factor: prefetch x workers batches in flight
         # a pool of prefetch + 1 slots per worker: its batches in flight and the one being taken out
-        self.box = SlotBox((prefetch + 1) * num_workers if slots_supported() else 0, pools=num_workers)
+        slots = slots_supported()
+        self.box = SlotBox((prefetch + 1) * num_workers if slots else 0, pools=num_workers)
         self.batch_sampler = batch_sampler
         self.loader = DataLoader(BatchFetches(dataset, self.box), batch_sampler=OneFetchPerBatch(batch_sampler, self.box),
                                  collate_fn=CollateFetched(collate_fn), num_workers=num_workers,
                                  prefetch_factor=prefetch, return_list=True, persistent_workers=False,
+                                 use_shared_memory=not slots,  # what is left (labels) is small: pickled
                                  worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
         self._last: Optional[SlotIterator] = None
 
