@@ -46,10 +46,18 @@ class AssembledImages(Images):
         return AssembledBatch(samples, batch)
 
 
-def run(loader):
+def run(loader, shm_files=None):
+    """The batches as numpy, and the iterator; ``shm_files`` gets the /dev/shm files of its workers seen
+    after each batch (paddle names them paddle_<pid>_...)."""
     it = iter(loader)
+    pids = [str(w.pid) for w in getattr(it, "_workers", [])]
+    got = []
     try:
-        return [{k: np.array(v) for k, v in batch.items()} for batch in it], it
+        for batch in it:
+            got.append({k: np.array(v) for k, v in batch.items()})
+            if shm_files is not None:
+                shm_files += [f for f in os.listdir("/dev/shm") if any(f.startswith(f"paddle_{p}_") for p in pids)]
+        return got, it
     finally:
         close_iterator(it)
 
@@ -75,8 +83,10 @@ def test_two_workers_hand_over_the_batches_of_the_in_process_loader_through_slot
     loader = make_loader(dataset, sampler(dataset), None, 2)
     assert isinstance(loader, worker_batches.WorkerLoader)
     for epoch in range(2):  # the second epoch reuses the region (the first epoch's workers are gone)
-        got, it = run(loader)
+        shm_files = []
+        got, it = run(loader, shm_files)
         assert_same(got, want)
+        assert shm_files == []  # nothing goes through /dev/shm (Docker's 64 MB default is no limit here)
         assert it._slots is loader.box.slots and it._slots.handed_over == 20  # pixels and extra; labels paddle's way
         assert batch_is_a_tensor_of_its_own(loader)
 
