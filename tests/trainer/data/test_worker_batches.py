@@ -145,7 +145,11 @@ def test_an_iterator_made_while_the_previous_ones_workers_run_gets_a_region_of_i
     assert_same(got_second, want)
 
 
-def test_a_batch_array_lies_in_the_slot_and_is_handed_over_without_a_copy():
+@pytest.mark.parametrize("device", ["cpu", "gpu:0"])
+def test_a_batch_array_lies_in_the_slot_and_is_handed_over_without_a_copy(monkeypatch, device):
+    """On a GPU the batch goes from the slot to the card (paddle.to_tensor; here, without one, the copy
+    lands on the CPU): that branch runs too, and a reused slot never changes a batch taken before."""
+    monkeypatch.setattr(paddle, "get_device", lambda: device)
     slots = worker_batches.BatchSlots(2, slot_bytes=1 << 20)
     assert slots.acquire() == 0
     writer = slots.writer(0)
@@ -164,6 +168,8 @@ def test_a_batch_array_lies_in_the_slot_and_is_handed_over_without_a_copy():
     assert isinstance(got["pixels"], paddle.Tensor) and np.array(got["pixels"])[0, 0, 0, 0] == 9
     assert (np.array(got["pixels"]).ravel()[1:] == 7).all() and (np.array(got["extra"]) == 2.5).all()
     assert slots.handed_over == 2 and [slots.acquire(), slots.acquire(), slots.acquire()] == [1, 0, None]  # 0 free again
+    pixels[...] = 0  # the slot reused by the next batch: the tensor taken before keeps its pixels
+    assert np.array(got["pixels"])[0, 0, 0, 0] == 9 and (np.array(got["pixels"]).ravel()[1:] == 7).all()
 
 
 class Wide(paddle.io.Dataset):
