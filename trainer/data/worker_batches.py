@@ -61,7 +61,8 @@ _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value; Python
 
 def slots_supported() -> bool:
     """Whether the workers inherit the region: they must be forked (``multiprocessing``'s start method)."""
-    return hasattr(mmap, "MAP_SHARED") and multiprocessing.get_start_method(allow_none=False) == "fork"
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    return hasattr(mmap, "MAP_SHARED") and method == "fork"  # (without fixing the start method: no side effect)
 
 
 class SlotRef:

@@ -126,6 +126,20 @@ def test_a_batch_larger_than_a_slot_goes_paddles_way(monkeypatch):
 
 
 @pytest.mark.timeout(180)
+def test_without_the_fork_start_method_the_loader_is_paddles_alone(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    dataset = AssembledImages()
+    want, _ = run(make_loader(dataset, sampler(dataset), None, 0))
+    loader = make_loader(dataset, sampler(dataset), None, 2)
+    assert loader.box.count == 0 and loader.loader.use_shared_memory  # paddle's own /dev/shm hand-over
+    got, it = run(loader)
+    assert_same(got, want)
+    assert it._slots is None
+
+
+@pytest.mark.timeout(180)
 def test_an_iterator_made_while_the_previous_ones_workers_run_gets_a_region_of_its_own():
     dataset = Images()
     want, _ = run(make_loader(dataset, sampler(dataset), None, 0))
