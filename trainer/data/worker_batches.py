@@ -224,9 +224,6 @@ class SlotIterator:
         batch = next(self._iterator)
         return batch if self._slots is None else self._slots.take(batch)
 
-    def workers_alive(self) -> bool:
-        return any(w.is_alive() for w in getattr(self._iterator, "_workers", []) or [])
-
     def __getattr__(self, name):
         return getattr(self._iterator, name)
 
@@ -299,14 +296,14 @@ class WorkerLoader:
                                  prefetch_factor=prefetch, return_list=True, persistent_workers=False,
                                  use_shared_memory=not slots,  # what is left (labels) is small: pickled
                                  worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
-        self._last: Optional[SlotIterator] = None
+        self._previous_workers: list = []  # the last iterator's processes (not the iterator: its pipes may go)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
     def __iter__(self) -> "SlotIterator":
-        previous, self._last = self._last, None
-        slots = self.box.renew(previous is not None and previous.workers_alive()) if self.box.count else None
-        iterator = SlotIterator(iter(self.loader), slots)  # forks the workers: they see box.slots as it is now
-        self._last = iterator
-        return iterator
+        alive = any(w.is_alive() for w in self._previous_workers)
+        slots = self.box.renew(alive) if self.box.count else None
+        iterator = iter(self.loader)  # forks the workers: they see box.slots as it is now
+        self._previous_workers = list(getattr(iterator, "_workers", []) or [])
+        return SlotIterator(iterator, slots)
