@@ -55,7 +55,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from trainer.data.batch import AssembledBatch
+from trainer.data.batch import AssembledBatch, batch_array
 
 from . import jpeg_regions
 from .crops import center_crop_box, flip_coin, random_resized_crop_box
@@ -238,7 +238,7 @@ class TurboImageFolder(ImageFolderDataset):
 
     def __getitems__(self, indices):
         size, transform = self.transform.size, self.transform
-        images = np.empty((len(indices), 3, size, size), dtype="uint8")
+        images = batch_array((len(indices), 3, size, size), "uint8")  # in a worker: in the batch's shared slot
         labels = np.empty(len(indices), dtype="int64")
         regions = []  # (slot, index, file bytes, pixel region, flip): decoded together below
         use_regions = jpeg_regions.available()

@@ -2,11 +2,13 @@
 
 Owns: the resumable training sampler and the sharded evaluation sampler
 (``samplers``), loaders and their workers (``loader``), reading the next batches
-in a thread while the step runs (``read_ahead``), ``IterableDataset``
-streams sharded by rank (``iterable``), dropping the columns a model does not
-take (``columns``), naming the sample behind a bad batch (``batch_errors``), and
-reading a batch's size and labels, and a batch a dataset assembled itself
-(``batch``: ``AssembledBatch``, handed on without being collated again).
+in a thread while the step runs (``read_ahead``), how batches come from the
+workers (``worker_batches``: fetched whole, handed over through shared-memory
+slots), ``IterableDataset`` streams sharded by rank (``iterable``), dropping the
+columns a model does not take (``columns``), naming the sample behind a bad batch
+(``batch_errors``), and reading a batch's size and labels, and a batch a dataset
+assembled itself (``batch``: ``AssembledBatch``, handed on without being collated
+again, its arrays from ``batch_array``, in a worker the batch's slot).
 
 May import: ``trainer.errors``, ``trainer.process`` (DataLoader workers die with
 the training process) and ``callbacks.base`` (a stream's position travels in

@@ -1,12 +1,18 @@
 """What a batch holds: its size and labels (read without touching the device), and a batch that a
-dataset assembled itself (:class:`AssembledBatch`) with the collate step that uses it as it is."""
+dataset assembled itself (:class:`AssembledBatch`, its arrays from :func:`batch_array`) with the
+collate step that uses it as it is."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from paddle.io.dataloader.collate import default_collate_fn
+
+_memory = threading.local()  # .writer: the SlotWriter of the batch a DataLoader worker is fetching
 
 
 class AssembledBatch(list):
@@ -19,6 +25,26 @@ class AssembledBatch(list):
     def __init__(self, samples, batch):
         super().__init__(samples)
         self.batch = batch
+
+
+def batch_array(shape, dtype) -> np.ndarray:
+    """An uninitialized array for a batch that a dataset assembles itself (:class:`AssembledBatch`):
+    ``np.empty``, except while a DataLoader worker of ``trainer.data.make_loader`` fetches the batch,
+    when it is memory of the shared-memory slot the batch travels to the training process in
+    (``trainer.data.worker_batches``): the batch is then written once, in place, and not copied again."""
+    writer = getattr(_memory, "writer", None)
+    array = writer.array(shape, dtype) if writer is not None else None
+    return np.empty(shape, dtype) if array is None else array
+
+
+@contextlib.contextmanager
+def batch_memory(writer):
+    """:func:`batch_array` hands out ``writer.array(...)`` in this block (None: ``np.empty``)."""
+    previous, _memory.writer = getattr(_memory, "writer", None), writer
+    try:
+        yield
+    finally:
+        _memory.writer = previous
 
 
 def default_collate(samples):

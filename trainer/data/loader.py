@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import random
 import re
 import signal
@@ -15,12 +14,12 @@ from typing import Optional, Tuple
 import numpy as np
 import paddle
 from paddle.base.framework import _current_expected_place, _set_expected_place
-from paddle.io import BatchSampler, DataLoader
+from paddle.io import BatchSampler
 from ..errors import DataError, WorkerKilled
-from ..process import dataloader_worker_init
 from .batch import default_collate
 from .batch_errors import load_batch
 from .read_ahead import ReadAhead
+from .worker_batches import WorkerLoader
 
 
 def dataset_length(dataset, role: str) -> int:
@@ -211,57 +210,15 @@ def close_iterator(iterator) -> None:
         iterator.close()
 
 
-class BatchFetches(paddle.io.Dataset):
-    """A ``__getitems__`` dataset as paddle's workers see it: item ``indices`` (a tuple) is the batch's samples,
-    fetched in one ``__getitems__`` call (paddle 3.3's fetcher calls ``dataset[i]`` once per index)."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, indices):
-        return self.dataset.__getitems__(list(indices))
-
-
-class OneFetchPerBatch(BatchSampler):
-    """``batch_sampler``'s batches, each as a one-item batch ``[tuple(indices)]`` for :class:`BatchFetches`."""
-
-    def __init__(self, batch_sampler):
-        self.batch_sampler = batch_sampler
-
-    def __iter__(self):
-        for indices in self.batch_sampler:
-            yield [tuple(int(i) for i in indices)]
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler)
-
-
-class CollateFetched:
-    """The collate step of a :class:`BatchFetches` batch: ``collate_fn`` of its one item's samples (picklable)."""
-
-    def __init__(self, collate_fn):
-        self.collate_fn = collate_fn or default_collate
-
-    def __call__(self, fetched):
-        return self.collate_fn(fetched[0])
-
-
 def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0, read_ahead: bool = False):
     """An :class:`InProcessLoader` without workers (reading ahead in a thread when
     ``read_ahead``), else a ``paddle.io.DataLoader`` with
-    ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`).
-    The workers ignore SIGTERM/SIGINT and die with the training process
-    (``trainer.process.dataloader_worker_init``). A dataset with ``__getitems__``
-    is asked for whole batches there too (:class:`BatchFetches`), and a batch it
-    assembled itself (``trainer.data.batch.AssembledBatch``) is not collated again."""
+    ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`),
+    given whole batches and handing them over through shared-memory slots
+    (:class:`trainer.data.worker_batches.WorkerLoader`). The workers ignore SIGTERM/SIGINT
+    and die with the training process (``trainer.process.dataloader_worker_init``). A dataset
+    with ``__getitems__`` is asked for whole batches there too, and a batch it assembled
+    itself (``trainer.data.batch.AssembledBatch``) is not collated again."""
     if num_workers == 0:
         return InProcessLoader(dataset, batch_sampler, collate_fn, read_ahead=read_ahead)
-    if hasattr(dataset, "__getitems__"):
-        dataset, batch_sampler = BatchFetches(dataset), OneFetchPerBatch(batch_sampler)
-        collate_fn = CollateFetched(collate_fn)
-    return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn or default_collate,
-                      num_workers=num_workers, return_list=True, persistent_workers=False,
-                      worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
+    return WorkerLoader(dataset, batch_sampler, collate_fn, num_workers)
