@@ -276,8 +276,7 @@ class NaNGuard(Callback):
                    for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
         folded, self._folded = self._folded, False
         ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true,
-              # one fused kernel per dtype over every parameter (divided by 1 in place: unchanged), not two per tensor
-              paddle.logical_not(unscale_and_check(self._params, self._one)).reshape([1]) if self._params else self._true]
+              paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
         if folded:
             ok.append((self._first_loss < 0).reshape([1]))
         order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
@@ -289,8 +288,8 @@ class NaNGuard(Callback):
             ok.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
             order.extend(idx)
         flags = paddle.concat(ok).numpy()  # the one host read
-        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1]
-        rest = flags[2:]
+        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
+        rest = flags[1 + max(1, len(self._params)):]
         folded_loss = int(self._first_loss.numpy()) if folded and not rest[0] else -1  # (a failing check only)
         rest = rest[1:] if folded else rest
         bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)

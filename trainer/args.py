@@ -53,7 +53,7 @@ class TrainingArguments(PaddleNLPFields):
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0 = load in the main process)"})
     dataloader_drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete training batch of each epoch"})
-    dataloader_read_ahead: bool = field(default=True, metadata={"help": "with 0 workers, build the next batches in a thread while the step runs, unless fetching a batch draws from a global RNG (then in the training thread, when the step needs it)"})
+    dataloader_read_ahead: bool = field(default=False, metadata={"help": "with 0 workers, build the next batches in a thread while the step runs (for a dataset that waits on files or C code), unless fetching a batch draws from a global RNG"})
     # length of training
     num_train_epochs: float = field(default=3.0, metadata={"help": "epochs to train (fractions allowed); ignored when max_steps > 0"})
     max_steps: int = field(default=-1, metadata={"help": "optimizer steps to train; > 0 overrides num_train_epochs"})

@@ -24,7 +24,8 @@ One fetch runs at a time in the process (:data:`FETCH_LOCK`): a dataset
 object shared by the training and the evaluation loaders is never entered
 from two threads at once. ``__getitem__`` code that the training thread
 also touches while a step runs (rare) must be thread-safe;
-``dataloader_read_ahead=False`` turns read-ahead off.
+``dataloader_read_ahead=True`` turns it on (it is off by default: it pays for a dataset that waits on
+files or C code, not for in-memory data and a CPU-bound step).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batches read ahead in a thread (dataloader_read_ahead, the default with 0 workers): the same training as
+"""Batches read ahead in a thread (dataloader_read_ahead, with 0 workers): the same training as
 building each batch in the training thread, the dataset's error at its step, and exact resume whether the
 dataset draws randomness from the first batch, only later, or never."""
 
@@ -114,7 +114,7 @@ def test_the_datasets_error_is_raised_at_its_step(tmp_path):
     steps = Steps()
     broken = Recording(fail_at=fail_at)
     args = TrainingArguments(output_dir=str(tmp_path / "broken"), per_device_train_batch_size=8, max_steps=20,
-                             report_to=[], save_strategy="no", seed=3)
+                             report_to=[], save_strategy="no", seed=3, dataloader_read_ahead=True)
     trainer = Trainer(make_mlp(), args, train_dataset=broken, loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=[steps])
     with pytest.raises(DataError, match=f"sample {fail_at} cannot be loaded \\(ValueError: sample {fail_at} is broken\\)"):
         trainer.fit()
