@@ -34,6 +34,7 @@ from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.snapshot import snapshot
+from .heap import frozen_heap
 from .loss_window import LossWindow
 from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
@@ -329,7 +330,8 @@ class Trainer(PaddleNLPAPI):
             # buckets gradients by the dtype the parameters have when it is built
             self.model_wrapped = dist.wrap_model(self.model, self.args.find_unused_parameters)
             self.model_wrapped.train()
-            self._train_loop(loader)
+            with frozen_heap():  # the full collections skip what lives as long as the process
+                self._train_loop(loader)
             self.wait_for_checkpoint()
             if state.status == "running":
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
