@@ -38,6 +38,8 @@ def test_a_program_that_froze_its_own_objects_keeps_them_frozen(tmp_path):
     try:
         mine = gc.get_freeze_count()
         counts = fit(tmp_path / "b")
-        assert set(counts) == {mine} and gc.get_freeze_count() == mine  # not frozen again, not unfrozen
+        # not frozen again (that would add the objects made since: the model, the data, the loop's) and not
+        # unfrozen; a frozen object can still be freed by its reference count, so the count only falls
+        assert max(counts) <= mine and mine - 1_000 < gc.get_freeze_count() <= mine
     finally:
         gc.unfreeze()
