@@ -34,8 +34,6 @@ from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.snapshot import snapshot
-from .heap import frozen_heap
-from .loss_window import LossWindow
 from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
@@ -52,6 +50,8 @@ from . import process
 from .errors import ConfigError, DataError, TrainerError, TrainingError, option
 from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
+from .heap import frozen_heap
+from .loss_window import LossWindow
 from .schedules import build_scheduler
 from .state import TrainerState
 
