@@ -55,4 +55,5 @@ if os.environ.get("PTRAIN_TEST_CPU"):
         yield
         with open(os.environ["PTRAIN_TEST_CPU"], "a", encoding="utf-8") as f:
             f.write(json.dumps({"test": item.nodeid, "cpu": round(_cpu() - cpu, 2),
-                                "wall": round(time.monotonic() - wall, 2)}) + "\n")
+                                "wall": round(time.monotonic() - wall, 2), "end": round(time.time(), 2),
+                                "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")

@@ -23,32 +23,12 @@ import paddle
 import paddle.distributed as dist
 
 from .device import plan_device
+from .ranks import get_local_rank, get_rank, get_world_size, is_distributed, is_main_process  # noqa: F401 - re-exported
 from .tensors import pad_to
 
 # INFO on every rank, also where the CLI keeps other ranks' logs at WARNING: which card each rank uses
 device_logger = logging.getLogger("trainer.device")
 device_logger.setLevel(logging.INFO)
-
-
-def get_rank() -> int:
-    return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-
-
-def get_world_size() -> int:
-    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-
-
-def get_local_rank() -> int:
-    """Rank within this node (``PADDLE_LOCAL_RANK``, else the global rank)."""
-    return int(os.environ.get("PADDLE_LOCAL_RANK", os.environ.get("PADDLE_RANK_IN_NODE", get_rank())))
-
-
-def is_main_process() -> bool:
-    return get_rank() == 0
-
-
-def is_distributed() -> bool:
-    return get_world_size() > 1
 
 
 _initialized = False

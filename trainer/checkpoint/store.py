@@ -22,7 +22,7 @@ import os
 import threading
 from typing import Callable, Optional, Tuple
 
-from .. import distributed as dist
+from .. import ranks
 from ..errors import ConfigError, DataError
 from .manifest import (LATEST, MANIFEST, UnsupportedFormat, VerifiedCheckpoint, checkpoint_run_id, checkpoints_dir,
                        read_verified, verify)
@@ -222,7 +222,7 @@ def _resolve(path: str, output_dir: str, check: Callable[[str], object], set_asi
     root = checkpoints_dir(output_dir)
     candidates = list_checkpoints(output_dir)
     named = read_latest(output_dir)
-    main = dist.is_main_process()
+    main = ranks.is_main_process()
     if named is not None and named not in candidates and main:
         logger.warning("checkpoints/latest names %s, which does not exist; looking for others", named)
     run = current_run(output_dir, candidates)

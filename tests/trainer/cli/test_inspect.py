@@ -116,3 +116,20 @@ def test_bad_paths(tmp_path):
         describe_checkpoint(str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match="has no checkpoints/ folder"):
         describe_run(str(tmp_path))
+
+
+@pytest.mark.parametrize("target", ["run", "checkpoint"])
+def test_ptrain_inspect_reads_files_without_importing_paddle(run_dir, target):
+    """``ptrain inspect`` after a failure answers at once: it reads manifests and headers, never paddle."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    path = str(run_dir if target == "run" else run_dir / "checkpoints" / "step-4")
+    code = ("import sys; from trainer.cli import main; code = main(['inspect', sys.argv[1]]); "
+            "print('paddle imported:', 'paddle' in sys.modules); sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr
+    assert "manifest" in out.stdout and out.stdout.strip().splitlines()[-1] == "paddle imported: False"
