@@ -11,8 +11,6 @@ import sys
 import numpy as np
 import pytest
 from helpers import REPO
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from models import splits
 from models.digits.data import digits_arrays, load_splits
@@ -25,6 +23,10 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_digits_are_load_digits_and_the_split_is_train_test_split_bitwise_on_miss_and_hit(cache):
+    # imported here, not at collection, where every worker of the suite would pay for scikit-learn
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     pixels, labels = digits_arrays()
     assert np.array_equal(pixels, digits.data) and np.array_equal(labels, digits.target)

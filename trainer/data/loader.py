@@ -132,6 +132,7 @@ def to_tensors(value):
 
 _NUMERIC_KINDS = frozenset("biufc")  # bool, signed, unsigned (uint16 is bfloat16 to paddle), float, complex
 _CPU = core.CPUPlace()
+_WRAP_DENSE = getattr(core.eager, "read_next_tensor_list", None)  # paddle's DataLoader's own; absent: to_tensor
 
 
 def array_to_tensor(array: np.ndarray) -> paddle.Tensor:
@@ -140,10 +141,10 @@ def array_to_tensor(array: np.ndarray) -> paddle.Tensor:
     its batches to the training thread (~7 us a tensor, where ``to_tensor``'s checks and naming take ~30 us,
     twice a step). On a device, and for other dtypes, ``paddle.to_tensor`` itself."""
     place = _current_expected_place_()
-    if array.dtype.kind in _NUMERIC_KINDS and isinstance(place, core.CPUPlace):
+    if _WRAP_DENSE is not None and array.dtype.kind in _NUMERIC_KINDS and isinstance(place, core.CPUPlace):
         dense = core.DenseTensor()
         dense.set(array, _CPU)
-        return core.eager.read_next_tensor_list([dense])[0]
+        return _WRAP_DENSE([dense])[0]
     return paddle.to_tensor(array)
 
 
