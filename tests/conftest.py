@@ -57,3 +57,36 @@ if os.environ.get("PTRAIN_TEST_CPU"):
             f.write(json.dumps({"test": item.nodeid, "cpu": round(_cpu() - cpu, 2),
                                 "wall": round(time.monotonic() - wall, 2), "end": round(time.time(), 2),
                                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
+
+
+# The files that take longest (wall seconds on a 2-core machine, PTRAIN_TEST_CPU), longest first. The workers
+# take files in collection order (``--dist loadfile``), so these go first: a run that ended on one of them
+# would leave the other workers idle for its last minutes. The order of the tests inside a file is kept.
+LONGEST_FIRST = (
+    "tests/distributed/test_elastic.py",                # 270 s
+    "tests/models/test_resnet_cli.py",                  # 145
+    "tests/distributed/test_preemption_launcher.py",    # 135
+    "tests/models/test_ernie_task.py",                  # 120
+    "tests/models/test_serve_tasks.py",                 # 110
+    "tests/trainer/cli/test_cli.py",                    # 95
+    "tests/trainer/checkpoint/test_ownership.py",       # 95
+    "tests/benchmarks/test_smoke.py",                   # 80
+    "tests/models/test_resnet_dali.py",                 # 75
+    "tests/distributed/test_restart.py",                # 75
+    "tests/trainer/checkpoint/test_lock.py",            # 70
+    "tests/distributed/test_failure_names.py",          # 65
+    "tests/models/test_resnet_turbo.py",                # 60
+    "tests/trainer/deploy/test_serve.py",               # 55
+    "tests/compat/test_token_classification.py",        # 55
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    repo = os.path.dirname(TESTS)
+
+    def key(item):
+        path = os.path.relpath(str(item.path), repo).replace(os.sep, "/")
+        return rank.get(path, len(LONGEST_FIRST))
+
+    items.sort(key=key)  # stable: the rest keep their order
