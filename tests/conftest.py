@@ -60,8 +60,10 @@ if os.environ.get("PTRAIN_TEST_CPU"):
 
 
 # The files that take longest (wall seconds on a 2-core machine, PTRAIN_TEST_CPU), longest first. The workers
-# take files in collection order (``--dist loadfile``), so these go first: a run that ended on one of them
-# would leave the other workers idle for its last minutes. The order of the tests inside a file is kept.
+# take files in collection order (``--dist loadfile --no-loadscope-reorder`` in setup.cfg: xdist would otherwise
+# order files by their number of tests, which put test_restart's 2 tests of 75 s last), so these go first: a run
+# that ended on one of them would leave the other workers idle for its last minutes. The order of the tests
+# inside a file is kept.
 LONGEST_FIRST = (
     "tests/distributed/test_elastic.py",                # 270 s
     "tests/models/test_resnet_cli.py",                  # 145

@@ -2,11 +2,6 @@
 ``PADDLE_TRAINERS_NUM``, ``PADDLE_LOCAL_RANK``): valid before ``init_parallel_env`` and without
 importing paddle, so tools that only read files (``ptrain inspect``) start in a fraction of a second.
 ``trainer.distributed`` re-exports these next to the collectives.
-
-    >>> import os
-    >>> os.environ.pop("PADDLE_TRAINER_ID", None) and None
-    >>> get_rank(), is_main_process()
-    (0, True)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``),
 restoring a trainer (``load``), what may change on resume (``resume``), and the
 output_dir's owner (``owner``: who a process is and whether it lives; ``lock``, ``output_dir``).
 
-May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``,
+May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``, ``trainer.ranks``,
 ``trainer.tensors``, ``trainer.data``); never the loop itself, the launcher,
 the commands or ``callbacks``.
 
