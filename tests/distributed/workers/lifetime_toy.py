@@ -49,15 +49,20 @@ class Mark(Callback):
     def __init__(self, out):
         self.out = out
 
+    def _write(self, name, text):
+        """Whole or not at all (a temporary file renamed): the test reads these while training goes on."""
+        path = os.path.join(self.out, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+
     def on_step_end(self, trainer):
         step = trainer.state.global_step
-        with open(os.path.join(self.out, f"last-rank{dist.get_rank()}"), "w") as f:
-            f.write(str(step))
+        self._write(f"last-rank{dist.get_rank()}", str(step))
         if step % 5 == 0:
             me = psutil.Process()
             pids = [me.pid] + [c.pid for c in me.children(recursive=True)]
-            with open(os.path.join(self.out, f"pids-rank{dist.get_rank()}.json"), "w") as f:
-                json.dump(pids, f)
+            self._write(f"pids-rank{dist.get_rank()}.json", json.dumps(pids))
             open(os.path.join(self.out, f"at-{step}-rank{dist.get_rank()}"), "w").close()
 
 
