@@ -143,7 +143,7 @@ def run_ours(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed, varia
 
     base, *only = variant.split("+")  # "ours-quiet+NaNGuard": the quiet defaults plus one callback
     base, _, without = base.partition("-without-")  # "ours-quiet-without-NaNGuard": the quiet defaults minus one
-    overrides = {"report_to": []} if base == "ours-quiet" else {"dataloader_read_ahead": True} if base == "ours-read-ahead" else {}
+    overrides = {"ours-quiet": {"report_to": []}, "ours-read-ahead": {"dataloader_read_ahead": True}}.get(base, {})
     args = _our_args(wl, clock, out_dir, seed, **overrides)
     extra = all_builtin_callbacks(args) if base == "ours-all" else []
     if only:

@@ -106,7 +106,7 @@ class InProcessLoader:
             # tensors are made in the thread on CPU; on a device the copy is the training thread's
             place = _current_expected_place()
             return ReadAhead(iter(self.batch_sampler), self._fetch, to_tensors,
-                             convert_in_thread=paddle.get_device() == "cpu",
+                             convert_in_thread=isinstance(place, core.CPUPlace),
                              thread_init=functools.partial(_set_expected_place, place))
         return self._batches()
 
