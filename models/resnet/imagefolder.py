@@ -19,7 +19,15 @@ killed", and without workers (the reading runs in a loader thread) it waits
 forever. So ``__getitem__`` never raises: it marks the file in a flag array in
 shared memory (a ``RawArray`` the forked workers inherit; a marked file is not
 read again), logs its path once, and returns the next readable image in the
-folder (with its label), so batches keep their size. Then, by ``bad_images``:
+folder (with its label), so batches keep their size. Which image that is, and
+what it draws from python's and numpy's RNGs (the crop box and flip), depend
+only on the files: a file that fails puts the RNGs back to where they were
+before it was tried, so a process that meets it for the first time (a resumed
+run) draws as one that marked it long ago, and resume stays exact. An image
+whose header says more than ``max_pixels`` pixels, and a 32-bit (``I``, ``F``)
+one, is a bad image too (:func:`read_rgb`); 16-bit ones are scaled to 8 bits.
+The files are listed by :mod:`models.resnet.folder_listing` (symlinks followed
+once per real folder and file). Then, by ``bad_images``:
 
 * ``skip``: training goes on; ``bad_paths()`` lists the marked files (the
   task's ``BadImages`` callback sums them over ranks into results.json).
