@@ -37,10 +37,11 @@ _SHOWN = 3  # entries named per kind of change
 
 def data_fingerprint(dataset) -> Optional[dict]:
     """The dataset's fingerprint as a JSON-able dict (a string becomes ``{"digest": ...}``), or None
-    when it has no ``fingerprint`` hook. DataError (one line) when the hook gives anything else."""
+    when it has no ``fingerprint`` hook (a method, or a string or dict attribute). DataError (one line)
+    when the method returns anything else, or a dict that is not JSON."""
     hook = getattr(dataset, HOOK, None)
-    if hook is None:
-        return None
+    if hook is None or not (callable(hook) or isinstance(hook, (str, dict))):
+        return None  # none, or an attribute of that name that is not ours (an array of chemical fingerprints)
     value = hook() if callable(hook) else hook
     if isinstance(value, str):
         value = {"digest": value}

@@ -88,7 +88,10 @@ def test_fingerprints_compare_by_their_finest_mapping_and_a_bad_hook_is_one_line
         def fingerprint(self):
             return {"when": object()}
 
-    assert data_fingerprint(Attribute()) == {"digest": "abc"}
+    class NotOurs(ToyDataset):
+        fingerprint = np.zeros(4)  # an attribute of that name that is no hook: ignored
+
+    assert data_fingerprint(Attribute()) == {"digest": "abc"} and data_fingerprint(NotOurs()) is None
     with pytest.raises(DataError, match=r"fingerprint\(\) gave .*: return a string or a dict of JSON values"):
         data_fingerprint(Bad())
 
@@ -133,3 +136,15 @@ def test_an_imagefolder_with_one_image_removed_and_another_added_is_refused_nami
     assert anyway.returncode == 0, anyway.stderr[-3000:]
     assert "resuming anyway" in anyway.stderr
     assert "a/5.jpg" in meta(str(tmp_path / "run" / "checkpoints" / "step-4"))["data_fingerprint"]["files"]
+
+
+def test_docstring_examples_of_the_fingerprint_listing_and_rng_modules():
+    import doctest
+
+    import models.resnet.folder_listing
+    import trainer.checkpoint.fingerprint
+    import trainer.data.host_rng
+
+    for module in (trainer.checkpoint.fingerprint, trainer.data.host_rng, models.resnet.folder_listing):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
