@@ -101,6 +101,7 @@ class TrainingArguments(PaddleNLPFields):
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
     save_on_preemption: bool = field(default=True, metadata={"help": "on SIGTERM, SIGINT, SIGHUP or SIGUSR1 save the step the ranks stop at, even with save_strategy no; false: save nothing then (the exit line says what is on disk)"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
+    resume_allow_data_change: bool = field(default=False, metadata={"help": "resume even when the training data's fingerprint (an ImageFolder's files and sizes, or the dataset's fingerprint()) differs from the checkpoint's; by default that is refused (exit 2)"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
