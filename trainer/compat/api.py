@@ -31,6 +31,8 @@ from typing import Optional
 
 from callbacks.base import Callback
 
+from ..checkpoint import fence
+
 logger = logging.getLogger("trainer")
 
 
@@ -218,4 +220,5 @@ def _write_json(path: str, value) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=4, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    with fence.fenced(os.path.dirname(os.path.abspath(path))):  # only while output_dir is still this run's
+        os.replace(tmp, path)
