@@ -372,16 +372,16 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         lease = record_lease(self.lock.record)
-        renewed = time.monotonic()
+        renewed = _uptime()
         while not self._halt.wait(lease / 3.0):
-            late = time.monotonic() - renewed
+            late = _uptime() - renewed
             if late > lease:  # paused (SIGSTOP, a suspended VM) past the lease: others may have taken it over
                 logger.warning("the lease of %s was not renewed for %.0f s (more than its %.0f s; was this process "
                                "paused?): checking that the lock is still ours", self.lock.output_dir, late, lease)
             try:
                 if not self.lock.renew():
                     return
-                renewed = time.monotonic()
+                renewed = _uptime()
                 self._warned = False
             except (OSError, ConfigError) as exc:  # e.g. a full disk: say so once, keep trying
                 if not self._warned:
@@ -393,6 +393,11 @@ class _Heartbeat(threading.Thread):
         self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=5)
+
+
+def _uptime() -> float:
+    """A clock no wall-clock step moves, which also counts a suspended machine's sleep (CLOCK_BOOTTIME)."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
 
 
 def _checkable(record: dict) -> bool:
