@@ -40,6 +40,9 @@ def requeue_if_preempted(code: int) -> None:
         print(f"ptrain: exit {REQUEUE_EXIT} in Slurm job {job}, but scontrol is not on PATH: requeue the job "
               f"yourself (scontrol requeue {job})", file=sys.stderr)
         return
+    # said first: the requeue ends this job's processes, this one among them, as soon as Slurm acts on it
+    print(f"ptrain: requeueing Slurm job {job} (scontrol requeue {job}): it resumes from the checkpoint just saved",
+          file=sys.stderr, flush=True)
     try:
         done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -49,6 +52,3 @@ def requeue_if_preempted(code: int) -> None:
         why = (done.stderr or done.stdout).strip().splitlines()
         print(f"ptrain: scontrol requeue {job} failed ({why[-1] if why else f'exit {done.returncode}'}): was the "
               f"job submitted with --requeue? Requeue it yourself", file=sys.stderr)
-        return
-    print(f"ptrain: requeued Slurm job {job} (scontrol requeue {job}): it resumes from the checkpoint just saved",
-          file=sys.stderr, flush=True)
