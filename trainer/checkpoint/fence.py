@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 from ..errors import ConfigError, OwnershipLost
 
 __all__ = ["GENERATION_FILE", "LOCK_NAME", "guard", "read_generation", "next_generation", "commit_generation",
-           "hold", "drop", "mark_lost", "fenced", "check"]
+           "hold", "drop", "mark_lost", "fenced", "check", "read_record"]
 
 LOCK_NAME = ".ptrain.lock"
 GENERATION_FILE = ".ptrain.generation"
@@ -188,7 +188,7 @@ def fenced(output_dir: str) -> Iterator[None]:
         raise OwnershipLost(lost)
     mine = held[-1]
     with guard(output_dir):
-        record = _read_record(output_dir)
+        record = read_record(output_dir)
         current = max(read_generation(output_dir), _generation_of(record) or 0)
         if current != mine or (record is not None and _generation_of(record) != mine):
             line = lost_line(output_dir, mine, record, current)
@@ -204,7 +204,8 @@ def check(output_dir: str) -> None:
         pass
 
 
-def _read_record(output_dir: str) -> Optional[dict]:
+def read_record(output_dir: str) -> Optional[dict]:
+    """The owner record in output_dir's lock, or None (no lock, or not a JSON object)."""
     try:
         with open(os.path.join(output_dir, LOCK_NAME), encoding="utf-8") as f:
             record = json.loads(f.read(65536))

@@ -411,12 +411,8 @@ def _beat(record: dict) -> tuple:
 
 def holder(output_dir: str) -> Optional[dict]:
     """The record of the live (lease not expired) holder of ``output_dir``'s lock, else None."""
-    try:
-        with open(os.path.join(output_dir, LOCK_NAME), encoding="utf-8") as f:
-            record = json.loads(f.read(65536))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or judge(record)[0] == STALE:
+    record = fence.read_record(output_dir)
+    if record is None or judge(record)[0] == STALE:
         return None
     return record
 
