@@ -5,7 +5,8 @@ Every claim of an output_dir (a lock created or taken over, :mod:`trainer.checkp
 fsynced, never lowered), and the owner record carries it as ``"generation"``. A process that holds or shares
 the lock holds its generation here (:func:`hold`); before every rename into ``checkpoints/``, every move of
 ``latest``, every rotation and every write of ``results.json``, ``metrics.jsonl`` and the PaddleNLP-style
-``*_results.json`` / ``trainer_state.json`` it enters :func:`fenced`:
+``*_results.json`` / ``trainer_state.json`` it enters :func:`fenced` (``callbacks.Export`` and
+``save_model()`` call :func:`check` before they start: the deploy room knows nothing of owners):
 
 - under the same ``flock`` on output_dir that taking the lock over holds (on one host no takeover can slip
   between the check and the write),

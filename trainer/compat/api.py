@@ -129,6 +129,7 @@ class PaddleNLPAPI:
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
         if self.is_main_process:
+            fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
             if hasattr(self.model, "save_pretrained"):
                 self.model.save_pretrained(output_dir)
