@@ -110,6 +110,7 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
             write_run_id(publish_root, snap.get("run_id", ""))  # the run these checkpoints belong to
             _publish_latest(publish_root, os.path.basename(final))
     except OSError as exc:
+        fence.check(owner_dir)  # taken over mid-save (an overwrite moved checkpoints/ away): say that instead
         where = exc.filename or final
         why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
         raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
