@@ -100,9 +100,14 @@ def run_here(task, options, args, dry_run: bool) -> int:
     if run.test_dataset is not None:
         results.update(trainer.predict(run.test_dataset).metrics)
     if dist.is_main_process():
-        path = os.path.join(args.output_dir, "results.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
+        from ..checkpoint import fence
+        from ..checkpoint.output_dir import RESULTS_FILE
+
+        path = os.path.join(args.output_dir, RESULTS_FILE)
+        with fence.fenced(args.output_dir):  # only while output_dir is still this run's (lease not taken over)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=1, sort_keys=True)
+            os.replace(path + ".tmp", path)
         shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
         print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
         extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
