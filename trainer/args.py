@@ -51,6 +51,7 @@ class TrainingArguments(PaddleNLPFields):
     per_device_train_batch_size: int = field(default=8, metadata={"help": "samples per process per micro-batch"})
     per_device_eval_batch_size: int = field(default=8, metadata={"help": "samples per process per evaluation batch"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    auto_find_batch_size: bool = field(default=False, metadata={"help": "after an out-of-memory in a step, every rank halves the micro-batch (cutting each per-device batch into pieces) and runs the step again: global batch, samples and schedule unchanged, the size kept in checkpoints (Hugging Face's field; per_device_train_batch_size auto sets it)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0 = load in the main process)"})
     dataloader_drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete training batch of each epoch"})
     dataloader_read_ahead: bool = field(default=False, metadata={"help": "with 0 workers, build the next batches in a thread while the step runs (for a dataset that waits on files or C code), unless fetching a batch draws from a global RNG"})
@@ -156,6 +157,8 @@ class TrainingArguments(PaddleNLPFields):
         _check("save_total_limit", self.save_total_limit, self.save_total_limit is None or self.save_total_limit > 0,
                "None (keep all) or an integer > 0")
         _check("eval_steps", self.eval_steps, self.eval_steps >= 0, "an integer >= 0")
+        _check("eval_accumulation_steps", self.eval_accumulation_steps,
+               self.eval_accumulation_steps is None or self.eval_accumulation_steps > 0, "None or an integer > 0")
         _check("save_steps", self.save_steps, self.save_steps >= 0, "an integer >= 0")
         _choice("optim", self.optim, OPTIMIZERS)
         _choice("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)

@@ -28,6 +28,7 @@ from callbacks.defaults import callback_set
 
 from . import distributed as dist
 from .args import TrainingArguments
+from .auto_batch import AutoBatch
 from .checkpoint import writer as ckpt_writer
 from .checkpoint.load import load_checkpoint
 from .checkpoint.manifest import checkpoints_dir
@@ -52,6 +53,7 @@ from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, 
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .memory_stats import peak_memory_record
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -127,6 +129,8 @@ class Trainer(PaddleNLPAPI):
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
+        self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
+        self._auto_batch: Optional[AutoBatch] = None
         self._compat_init_end(door.paddlenlp_args)
 
     # ---- public facts --------------------------------------------------------
@@ -279,7 +283,11 @@ class Trainer(PaddleNLPAPI):
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
         _check_loss(loss)
-        self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
+        n = self.state.num_micro_batches
+        if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
+            self.state.loss = loss * (self.loss_share / n)
+        else:
+            self.state.loss = loss / n if n > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
         try:
             self.state.loss.backward()
@@ -376,6 +384,7 @@ class Trainer(PaddleNLPAPI):
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
         self._losses = LossWindow()
+        self._auto_batch = AutoBatch(self.world_size, a.per_device_train_batch_size) if a.auto_find_batch_size else None
         if resume:
             self.load_checkpoint(resume)  # restores the partial logging window (_losses) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
@@ -443,21 +452,29 @@ class Trainer(PaddleNLPAPI):
         step_start = time.perf_counter()
         self.fire(Event.STEP_BEGIN)
         state.last_data_wait = 0.0
-        n = state.num_micro_batches
-        step_loss = None
-        for i in range(n):
-            state.micro_step = i
-            batch = self._next_batch(batches)
-            with self._sync_context(last=i == n - 1):
-                loss = self.training_step(self.model_wrapped, batch)
-            part = loss / n if n > 1 else loss
-            step_loss = part if step_loss is None else step_loss + part
+        if self._auto_batch is not None:  # cut, agreed on and retried after an out-of-memory (trainer.auto_batch)
+            step_loss = self._auto_batch.accumulate(self, batches)
+        else:
+            step_loss = self._accumulate(batches)
         state.step_loss = step_loss
         self._losses.add(step_loss)
         self._optimizer_step()
         state.step_in_epoch += 1
         state.last_step_time = time.perf_counter() - step_start
         self.fire(Event.STEP_END)
+
+    def _accumulate(self, batches):
+        """Forward and backward of the step's micro-batches; returns their mean loss (on the device)."""
+        n = self.state.num_micro_batches
+        step_loss = None
+        for i in range(n):
+            self.state.micro_step = i
+            batch = self._next_batch(batches)
+            with self._sync_context(last=i == n - 1):
+                loss = self.training_step(self.model_wrapped, batch)
+            part = loss / n if n > 1 else loss
+            step_loss = part if step_loss is None else step_loss + part
+        return step_loss
 
     def _next_batch(self, batches):
         start = time.perf_counter()
@@ -555,6 +572,8 @@ class Trainer(PaddleNLPAPI):
             record["tokens_per_second"] = (state.tokens_seen - tokens0) / elapsed
         if state.grad_norm is not None:
             record["grad_norm"] = float(state.grad_norm)
+        if not self.args.skip_memory_metrics:  # each rank's high-water marks, the largest over ranks
+            record.update(peak_memory_record())
         self._losses.reset()
         self._log_clock = (now, state.samples_seen, state.tokens_seen)
         self.log(record)

@@ -4,9 +4,10 @@ project has no option of its own for, with PaddleNLP's names, types and defaults
 ``trainer.TrainingArguments`` inherits them, so a PaddleNLP script that parses
 our arguments with ``PdArgumentParser`` and then reads, say,
 ``training_args.lazy_data_processing`` or ``training_args.logging_dir`` gets
-PaddleNLP's value instead of an ``AttributeError``. Two have an effect here:
-``no_cuda`` (true: ``device cpu``) and ``local_rank`` (filled from the launcher's
-environment, as PaddleNLP does). Every other one has none: setting it to a value
+PaddleNLP's value instead of an ``AttributeError``. Four have an effect here:
+``no_cuda`` (true: ``device cpu``), ``local_rank`` (filled from the launcher's
+environment, as PaddleNLP does), ``eval_accumulation_steps`` (read by
+``trainer.evaluation``) and ``skip_memory_metrics`` (read by the loop's logging). Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
@@ -28,7 +29,7 @@ from .fields_table import FIELDS
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
-WITH_EFFECT = ("no_cuda", "local_rank")
+WITH_EFFECT = ("no_cuda", "local_rank", "eval_accumulation_steps", "skip_memory_metrics")
 
 
 def _no_effect(name: str) -> dict:
@@ -101,7 +102,7 @@ def no_effect_fields() -> List[str]:
 
 
 def apply_paddlenlp_fields(args) -> None:
-    """From ``TrainingArguments.__post_init__``: the two fields with an effect, and one warning per field set
+    """From ``TrainingArguments.__post_init__``: the fields with an effect, and one warning per field set
     to a value other than PaddleNLP's default that has none."""
     if args.no_cuda:
         args.device = "cpu"
