@@ -18,7 +18,7 @@ micro-batch halved, on every rank, and the run goes on. What is trained does not
 Every rank agrees, and no rank can deadlock. Under DataParallel the gradient all-reduce runs inside the last
 micro-batch's backward: a rank that fails in its forward while another waits in that all-reduce would hang
 both. So with ``auto_find_batch_size`` on more than one process, every micro-batch's backward runs under
-``no_sync``; after the last one each rank says whether it failed (:meth:`AutoBatch.any_rank_failed`: one
+``no_sync``; after the last one each rank says whether it failed (:meth:`AutoBatch.ranks_failed`: one
 all-reduce of a one-element host tensor over a gloo group, host to host, so no device-to-host sync enters
 the step), and only when no rank failed are the gradients all-reduced (paddle's
 ``fused_allreduce_gradients``, the same average DataParallel computes). The price, on more than one
@@ -108,17 +108,17 @@ class AutoBatch:
         """Whether the loop must run every backward under ``no_sync`` and call :meth:`sync_gradients`."""
         return self.world_size > 1
 
-    def any_rank_failed(self, failed: bool) -> bool:
-        """Every rank calls this once per step attempt; True on all of them when any rank ran out of memory.
-        A host tensor over a gloo group: no device work, no device-to-host sync."""
+    def ranks_failed(self, failed: bool) -> int:
+        """Every rank calls this once per step attempt: how many ranks ran out of memory (the same number on
+        all of them). A host tensor over a gloo group: no device work, no device-to-host sync."""
         if self.world_size == 1:
-            return failed
+            return int(failed)
         if self._group is None:
             # a CPU build's default group is gloo already; a GPU build's is NCCL, which takes no host tensor
             self._group = None if not paddle.is_compiled_with_cuda() else paddle.distributed.new_group(backend="gloo")
         flag = paddle.to_tensor(np.array([1 if failed else 0], dtype="int32"), place=paddle.CPUPlace())
-        paddle.distributed.all_reduce(flag, op=paddle.distributed.ReduceOp.MAX, group=self._group)
-        return bool(flag.numpy()[0])
+        paddle.distributed.all_reduce(flag, op=paddle.distributed.ReduceOp.SUM, group=self._group)
+        return int(flag.numpy()[0])
 
     @staticmethod
     def sync_gradients(model: paddle.nn.Layer) -> None:
@@ -127,7 +127,7 @@ class AutoBatch:
 
         fused_allreduce_gradients(list(model.parameters()), None)
 
-    def shrink(self, current: int, step: int, error: Optional[BaseException]) -> int:
+    def shrink(self, current: int, step: int, error: Optional[BaseException], failed: int = 1) -> int:
         """The next micro-batch after an out-of-memory at ``current`` samples (half, at least 1); raises
         :class:`OutOfMemory` when ``current`` is 1 already. Logs one line."""
         if current <= 1:
@@ -138,9 +138,9 @@ class AutoBatch:
         smaller = max(1, current // 2)
         pieces = -(-self.per_device_batch // smaller)
         if dist.is_main_process():
-            logger.warning("out of memory at step %d (%s): micro-batch %d -> %d samples per process, %d pieces "
-                           "per data batch of %d; the global batch and the samples of every step are unchanged",
-                           step + 1, "this rank" if error is not None else "another rank", current, smaller, pieces,
+            logger.warning("out of memory at step %d on %d of %d processes: micro-batch %d -> %d samples per "
+                           "process, %d pieces per data batch of %d; the global batch and the samples of every step "
+                           "are unchanged", step + 1, failed, self.world_size, current, smaller, pieces,
                            self.per_device_batch)
         return smaller
 
@@ -171,7 +171,8 @@ class AutoBatch:
                 error = exc.with_traceback(None)  # its frames would keep the failed attempt's tensors alive
             finally:
                 trainer.loss_share = 1.0
-            if not self.any_rank_failed(error is not None):
+            failed = self.ranks_failed(error is not None)
+            if not failed:
                 if self.defers_gradient_sync:
                     self.sync_gradients(trainer.model)
                 return step_loss
@@ -179,4 +180,4 @@ class AutoBatch:
             state.loss = None
             trainer.optimizer.clear_grad(set_to_zero=False)  # frees the gradients, not just zeroes them
             release_memory()
-            state.train_micro_batch_size = self.shrink(size, state.global_step, error)
+            state.train_micro_batch_size = self.shrink(size, state.global_step, error, failed)

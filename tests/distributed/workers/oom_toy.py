@@ -1,4 +1,4 @@
-"""Trains a ReLU MLP whose activations dominate its memory, under an address-space limit (RLIMIT_AS) that
+"""Trains (SGD: Adam would magnify float rounding on near-zero gradients) a ReLU MLP whose activations dominate its memory, under an address-space limit (RLIMIT_AS) that
 makes paddle's allocator fail for real when the per-device batch is too large.
 
     python oom_toy.py OUT LIMIT_MIB LIMITED_RANK BATCH ACCUM STEPS AUTO [save | CHECKPOINT]
@@ -45,14 +45,14 @@ class Data(paddle.io.Dataset):
 paddle.seed(0)
 model = paddle.nn.Sequential(paddle.nn.Linear(FEATURES, WIDTH), paddle.nn.ReLU(), paddle.nn.Linear(WIDTH, 2))
 args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=batch,
-                         gradient_accumulation_steps=accum, auto_find_batch_size=auto == "1", learning_rate=0.001,
+                         gradient_accumulation_steps=accum, auto_find_batch_size=auto == "1", learning_rate=0.05, optim="sgd",
                          report_to=[], save_strategy="steps", save_steps=steps if extra else 10**6,
                          evaluation_strategy="no", logging_steps=1, overwrite_output_dir=resume is None,
                          resume_from_checkpoint=resume, seed=0, lr_scheduler_type="linear")
 # paddle loads its math libraries at the first ops: load them before any limit, on a throwaway layer
 _warm = paddle.nn.Linear(FEATURES, 2)
 paddle.nn.functional.cross_entropy(paddle.nn.functional.relu(_warm(paddle.to_tensor(x[:4]))), paddle.to_tensor(y[:4])).backward()
-paddle.optimizer.AdamW(parameters=_warm.parameters()).step()
+paddle.optimizer.SGD(parameters=_warm.parameters()).step()
 del _warm
 
 
