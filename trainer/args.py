@@ -24,6 +24,7 @@ from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no
 from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
 from .errors import ConfigError, option
+from .parallel.layout import Layout
 
 AMP_CHOICES = ("off", "fp16", "bf16")
 AMP_LEVELS = ("O1", "O2")
@@ -174,6 +175,7 @@ class TrainingArguments(PaddleNLPFields):
             raise ConfigError(f"save_steps=0 but save_strategy='steps': set {option('save_steps')} to N > 0 or "
                               f"{option('save_strategy', 'no')}")
         validate_best_model(self)
+        Layout.from_args(self, self.world_size)  # sharding and the parallel degrees, checked together
         if not str(self.output_dir).strip():
             raise ConfigError(f"output_dir is empty: give a directory, e.g. {option('output_dir', 'runs/exp1')}")
 

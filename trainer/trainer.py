@@ -52,6 +52,7 @@ from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, 
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .parallel import Layout
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -115,6 +116,8 @@ class Trainer(PaddleNLPAPI):
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
+        # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
+        self.layout = Layout.from_args(self.args, self._world_size, self._rank)
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
