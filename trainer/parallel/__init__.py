@@ -13,6 +13,10 @@ trainer loop, callbacks or models.
 Used by: ``trainer.trainer`` (``trainer.layout``, ``parallelize``), ``trainer.args`` (the
 fields are checked together by :meth:`Layout.plan`), callbacks, metrics and checkpoints, which
 read ``trainer.layout`` and never branch on the parallel mode.
+
+Importing the package costs no paddle import (``trainer.args`` checks the fields through
+:class:`Layout`, and ``ptrain inspect`` reads it without paddle): ``layout`` is plain Python;
+``apply`` and ``recompute`` import paddle and are imported by name where used.
 """
 
 from .layout import Layout, parse_sharding  # noqa: F401

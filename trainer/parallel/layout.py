@@ -84,6 +84,7 @@ class Layout:
     mp_degree: int = 1          # tensor parallel (issue 29)
     pp_degree: int = 1          # pipeline parallel (issue 29)
     recompute: bool = False
+    master_grad: bool = False   # amp_master_grad: float32 gradients (param.main_grad) beside low-precision weights
     # set when applied (paddle Group objects; fleet's HybridCommunicateGroup when the hybrid topology is used)
     dp_group: Any = field(default=None, repr=False, compare=False)
     sharding_group: Any = field(default=None, repr=False, compare=False)
@@ -93,7 +94,7 @@ class Layout:
     @classmethod
     def plan(cls, world_size: int = 1, rank: int = 0, sharding="", sharding_parallel_degree: int = -1,
              tensor_parallel_degree: int = -1, pipeline_parallel_degree: int = -1,
-             recompute: bool = False) -> "Layout":
+             recompute: bool = False, master_grad: bool = False) -> "Layout":
         """The layout the arguments ask for on ``world_size`` ranks; a ConfigError naming the field otherwise."""
         stage, offload = parse_sharding(sharding)
         mp = _degree("tensor_parallel_degree", tensor_parallel_degree) or 1
@@ -113,16 +114,22 @@ class Layout:
             raise ConfigError(f"sharding_parallel_degree={sharding_degree} does not divide the {world_size} ranks: "
                               "choose a divisor of the number of processes (or -1 for all of them)")
         if stage and sharding_degree == 1:
-            stage, offload = 0, offload  # one rank holds everything: sharding is a no-op, plain data parallel
-        return cls(world_size=world_size, rank=rank, dp_degree=rest // sharding_degree,
-                   sharding_degree=sharding_degree, sharding_stage=stage, offload=offload and stage > 0,
-                   mp_degree=mp, pp_degree=pp, recompute=bool(recompute))
+            stage = 0  # one rank of each shard holds everything: sharding is a no-op, plain data parallel
+        dp = rest // sharding_degree
+        if master_grad and stage >= 2 and dp > 1:
+            raise ConfigError(f"amp_master_grad with sharding stage{stage} and data parallel ({dp} replicas) is not "
+                              f"supported by paddle: set {option('sharding_parallel_degree', -1)} (shard over every rank) "
+                              "or use stage1")
+        return cls(world_size=world_size, rank=rank, dp_degree=dp, sharding_degree=sharding_degree,
+                   sharding_stage=stage, offload=offload and stage > 0, mp_degree=mp, pp_degree=pp,
+                   recompute=bool(recompute), master_grad=bool(master_grad))
 
     @classmethod
     def from_args(cls, args, world_size: int, rank: int = 0) -> "Layout":
         """:meth:`plan` from a :class:`trainer.TrainingArguments`."""
         return cls.plan(world_size, rank, args.sharding, args.sharding_parallel_degree,
-                        args.tensor_parallel_degree, args.pipeline_parallel_degree, args.recompute)
+                        args.tensor_parallel_degree, args.pipeline_parallel_degree, args.recompute,
+                        args.amp_master_grad)
 
     # ---- what the loop, callbacks, metrics and checkpoints ask --------------------
     @property
@@ -151,8 +158,9 @@ class Layout:
     def clips_in_optimizer(self) -> bool:
         """Whether gradient clipping runs inside paddle's optimizer step (``ClipGradByGlobalNorm``, whose norm
         paddle reduces over the sharding group) instead of before it: gradients are reduced (and sharded) only
-        inside the step, so a norm taken before it would be each rank's own."""
-        return self.sharded
+        inside the step, so a norm taken before it would be each rank's own; with master gradients the
+        optimizer clips the float32 ``main_grad``."""
+        return self.sharded or self.master_grad
 
     @property
     def sharding_rank(self) -> int:
