@@ -42,7 +42,7 @@ import paddle
 
 from . import distributed as dist
 from .data.batch import batch_size
-from .errors import OutOfMemory
+from .errors import ConfigError, OutOfMemory, option
 
 logger = logging.getLogger("trainer")
 
@@ -96,17 +96,25 @@ class AutoBatch:
     Args:
         world_size: processes of the job; above 1 the ranks agree after every step's backward.
         per_device_batch: the data batch each rank draws (``per_device_train_batch_size``).
+        layout: the job's :class:`trainer.parallel.Layout`. Sharding stage 1 reduces gradients inside the
+            optimizer step, after the agreement: nothing to defer. Stages 2 and 3 reduce them inside backward
+            hooks that no ``no_sync`` stops: refused on more than one process (:class:`ConfigError`).
     """
 
-    def __init__(self, world_size: int, per_device_batch: int):
+    def __init__(self, world_size: int, per_device_batch: int, layout=None):
         self.world_size = world_size
         self.per_device_batch = per_device_batch
         self._group = None
+        if world_size > 1 and layout is not None and layout.shards_gradients:
+            raise ConfigError(f"{option('auto_find_batch_size', True)} with sharding stage "
+                              f"{layout.sharding_stage} on {world_size} processes: its gradient reduce runs inside "
+                              "backward, where one rank's out-of-memory would hang the others; use sharding stage1 "
+                              f"or data parallel with it, or set {option('auto_find_batch_size', False)}")
+        self.defers_gradient_sync = False  # set when fit() has wrapped the model (see prepare)
 
-    @property
-    def defers_gradient_sync(self) -> bool:
-        """Whether the loop must run every backward under ``no_sync`` and call :meth:`sync_gradients`."""
-        return self.world_size > 1
+    def prepare(self, model_wrapped) -> None:
+        """DataParallel reduces gradients in the last backward: defer that to :meth:`sync_gradients`."""
+        self.defers_gradient_sync = self.world_size > 1 and isinstance(model_wrapped, paddle.DataParallel)
 
     def ranks_failed(self, failed: bool) -> int:
         """Every rank calls this once per step attempt: how many ranks ran out of memory (the same number on
@@ -152,6 +160,7 @@ class AutoBatch:
         samples and the sampler never moves back."""
         state = trainer.state
         n = state.num_micro_batches
+        self.prepare(trainer.model_wrapped)
         data = [trainer._next_batch(batches) for _ in range(n)]
         while True:
             size = state.train_micro_batch_size or self.per_device_batch
