@@ -149,7 +149,13 @@ def worker(a) -> None:
                              evaluation_strategy="no", sharding=sharding, recompute=recompute, device="cpu",
                              overwrite_output_dir=True, seed=0)
     trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=[measure])
-    trainer.fit()
+    try:
+        trainer.fit()
+    except MemoryError:  # paddle's allocator failed under the limit: this size does not fit (said in a file)
+        resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        with open(os.path.join(a.out_dir, f"oom-rank{rank}"), "w", encoding="utf-8") as f:
+            f.write("out of memory\n")
+        raise
     resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     loss = [r["loss"] for r in trainer.state.log_history if "loss" in r][-1]
     result = {"rank": rank, "world_size": world, "mode": a.mode, "params": params, "layers": a.layers,
@@ -170,8 +176,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800):
-    """One 2-process run of ``mode``; the ranks' results, or None when it failed or timed out."""
+def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800, attempts: int = 3):
+    """One 2-process run of ``mode``: the ranks' results; under a limit, None when a rank ran out of memory or
+    the run did not finish in time (an out-of-memory inside a collective leaves the other rank waiting). A
+    failure that is neither (on a busy machine: a port another job took) is tried again, ``attempts`` in all."""
+    for attempt in range(attempts):
+        result = _launch_once(a, mode, layers, limit_mib, timeout, last=attempt == attempts - 1)
+        if result != "retry":
+            return result
+    return None
+
+
+def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):
     tmp = tempfile.mkdtemp(prefix="bench-memory-")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
            f"127.0.0.1:{_free_port()}", "--log_dir", os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker",
@@ -187,11 +203,13 @@ def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)  # the launcher's session: it and its workers
         proc.communicate()
-        return None
+        return None if limit_mib else "retry"
     files = [os.path.join(tmp, f"rank{r}.json") for r in range(a.nproc)]
     if proc.returncode != 0 or not all(os.path.exists(f) for f in files):
-        if limit_mib:
+        if limit_mib and any(os.path.exists(os.path.join(tmp, f"oom-rank{r}")) for r in range(a.nproc)):
             return None
+        if not last:
+            return "retry"
         logs = ""
         log_dir = os.path.join(tmp, "log")
         for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
