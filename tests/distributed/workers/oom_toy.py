@@ -48,7 +48,8 @@ args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch
                          gradient_accumulation_steps=accum, auto_find_batch_size=auto == "1", learning_rate=0.05, optim="sgd",
                          report_to=[], save_strategy="steps", save_steps=steps if extra else 10**6,
                          evaluation_strategy="no", logging_steps=1, overwrite_output_dir=resume is None,
-                         resume_from_checkpoint=resume, seed=0, lr_scheduler_type="linear")
+                         resume_from_checkpoint=resume, seed=0, lr_scheduler_type="linear",
+                         skip_memory_metrics=os.environ.get("OOM_TOY_MEMORY_METRICS") != "1")
 # paddle loads its math libraries at the first ops: load them before any limit, on a throwaway layer
 _warm = paddle.nn.Linear(FEATURES, 2)
 paddle.nn.functional.cross_entropy(paddle.nn.functional.relu(_warm(paddle.to_tensor(x[:4]))), paddle.to_tensor(y[:4])).backward()
@@ -93,5 +94,6 @@ with open(os.path.join(out, f"result-rank{rank}.json"), "w") as f:
                "micro_batch": trainer.state.train_micro_batch_size or batch, "world_size": world,
                "global_batch": trainer.state.global_batch_size, "samples_seen": trainer.state.samples_seen,
                "global_step": trainer.state.global_step, "lines": lines,
+               "peak_gpu_allocated_mb": max([r.get("peak_gpu_allocated_mb", 0) for r in trainer.state.log_history] or [0]),
                "losses": [r["loss"] for r in trainer.state.log_history if "loss" in r]}, f)
 sys.exit(code)
