@@ -76,3 +76,16 @@ def test_eval_accumulation_moves_outputs_to_the_host_every_n_batches_and_changes
     assert np.array_equal(outputs[0].predictions, outputs[1].predictions)
     assert np.array_equal(outputs[0].label_ids, outputs[1].label_ids)
     assert outputs[0].metrics["test_loss"] == outputs[1].metrics["test_loss"]
+
+
+def test_cut_micro_batches_cost_no_host_sync_per_step(tmp_path):
+    from host_syncs import CountSyncs
+
+    counter = CountSyncs()
+    trainer = Trainer(make_mlp(), args(tmp_path, max_steps=8, logging_steps=4, per_device_train_batch_size=16,
+                                       gradient_accumulation_steps=2, auto_find_batch_size=True),
+                      train_dataset=ToyDataset(96), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=[counter])
+    trainer.state.train_micro_batch_size = 5
+    with counter.installed():
+        trainer.fit()
+    assert len(counter.per_step) == 6 and set(counter.per_step) == {0}, counter.sources
