@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -170,12 +169,6 @@ def worker(a) -> None:
 # =============================================================================
 # parent
 # =============================================================================
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800, attempts: int = 3):
     """One 2-process run of ``mode``: the ranks' results; under a limit, None when a rank ran out of memory or
     the run did not finish in time (an out-of-memory inside a collective leaves the other rank waiting). A
@@ -190,7 +183,7 @@ def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800,
 def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):
     tmp = tempfile.mkdtemp(prefix="bench-memory-")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
-           f"127.0.0.1:{_free_port()}", "--log_dir", os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker",
+           f"127.0.0.1:{common.free_port()}", "--log_dir", os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker",
            "--mode", mode, "--out-dir", tmp, "--hidden", str(a.hidden), "--layers", str(layers), "--heads",
            str(a.heads), "--seq", str(a.seq), "--vocab", str(a.vocab), "--batch", str(a.batch), "--steps",
            str(a.steps if not limit_mib else a.probe_steps), "--limit-mib", str(limit_mib)]
@@ -210,13 +203,8 @@ def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last
             return None
         if not last:
             return "retry"
-        logs = ""
-        log_dir = os.path.join(tmp, "log")
-        for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
-            with open(os.path.join(log_dir, name), errors="replace") as f:
-                logs += f"\n--- {name}\n" + f.read()[-3000:]
         raise common.BenchmarkError(f"launch failed ({proc.returncode}): {' '.join(cmd)}\n{out[-1500:]}\n"
-                                    f"{err[-1500:]}{logs}")
+                                    f"{err[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
     ranks = []
     for path in files:
         with open(path, encoding="utf-8") as f:
