@@ -31,6 +31,9 @@ DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
 
 def normalize_aliases_before(args) -> None:
     """Values the type coercion would refuse (a bool for a str field)."""
+    if isinstance(args.per_device_train_batch_size, str) and args.per_device_train_batch_size.strip().lower() == "auto":
+        args.per_device_train_batch_size = 8  # the field's default as the start; halved after an out-of-memory
+        args.auto_find_batch_size = True
     resume = args.resume_from_checkpoint
     if resume is True or (isinstance(resume, str) and resume.strip().lower() in ("true", "yes", "1")):
         args.resume_from_checkpoint = "auto"

@@ -73,9 +73,9 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert isinstance(a, TrainingArguments)
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
     assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
-    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # kept, with no effect
+    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # recompute acts (trainer.parallel); scale_loss has no effect
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
-    assert len(warnings) == 1 and "recompute=True" in warnings[0] and "scale_loss=1024" in warnings[0]
+    assert len(warnings) == 1 and "recompute=True" not in warnings[0] and "scale_loss=1024" in warnings[0]
     assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
     assert any("report_to wandb" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
@@ -99,14 +99,14 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     theirs, hints_theirs = dataclasses.fields(PaddleNLPArguments), typing.get_type_hints(PaddleNLPArguments)
     ours_fields, hints_ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}, typing.get_type_hints(TrainingArguments)
     ours = TrainingArguments(output_dir="x")
-    only_theirs = set(TrainingArguments.no_effect_fields()) | {"no_cuda", "local_rank"}
+    only_theirs = set(TrainingArguments.no_effect_fields()) | set(paddlenlp_fields.WITH_EFFECT)
     for f in theirs:
         getattr(ours, f.name)  # no AttributeError
         if f.name in only_theirs:
             assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
             assert default(ours_fields[f.name]) == default(f), f.name
             assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
-    assert len(only_theirs) >= 49
+    assert len(only_theirs) >= 44  # the PaddleNLP-only fields (the parallel ones became our own: trainer.parallel)
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(

@@ -99,6 +99,9 @@ def run_here(task, options, args, dry_run: bool) -> int:
         results.update(final or trainer.evaluate())
     if run.test_dataset is not None:
         results.update(trainer.predict(run.test_dataset).metrics)
+    if not args.skip_memory_metrics:  # every rank's peaks, in rank order (a collective: before the rank-0 write)
+        from ..memory_stats import peak_memory_per_rank
+        results["peak_memory_per_rank"] = peak_memory_per_rank()
     if dist.is_main_process():
         from ..checkpoint import fence
         from ..checkpoint.output_dir import RESULTS_FILE
