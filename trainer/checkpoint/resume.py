@@ -60,6 +60,7 @@ MAY_CHANGE = frozenset({
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
     "do_train", "do_eval", "do_predict", "do_export",
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
+    "logging_dir", "run_name", "wandb_api_key",  # where and how the trackers write (callbacks.tracking)
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")

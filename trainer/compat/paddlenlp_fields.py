@@ -28,7 +28,7 @@ from .fields_table import FIELDS
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
-WITH_EFFECT = ("no_cuda", "local_rank")
+WITH_EFFECT = ("no_cuda", "local_rank", "logging_dir", "run_name", "wandb_api_key")
 
 
 def _no_effect(name: str) -> dict:
