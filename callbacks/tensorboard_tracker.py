@@ -23,7 +23,7 @@ with only ``tensorboard`` installed writes nothing). ``writer_kind`` says which
 
 Resume: the directory is the run; a resumed run writes a new event file into
 the same directory, starting with a purge at the resumed step, so TensorBoard
-drops the steps an interrupted run logged after its checkpoint and the curve
+drops the steps an interrupted run logged after its checkpoint (purge step: the checkpoint's step + 1) and the curve
 continues at the checkpoint's step. ``fit()`` returns after the writer is
 flushed and closed.
 
@@ -62,7 +62,8 @@ class TensorBoardTracker(Tracker):
         logdir = self.logdir(trainer)
         os.makedirs(logdir, exist_ok=True)
         step = trainer.state.global_step
-        self._writer = open_writer(logdir, purge_step=step if resumed else None, prefer=self.prefer)
+        # steps after the checkpoint, logged by the interrupted run, are dropped
+        self._writer = open_writer(logdir, purge_step=step + 1 if resumed else None, prefer=self.prefer)
         self.writer_kind = self._writer.kind
         self.run_id = logdir
         if not resumed:
@@ -80,7 +81,7 @@ class TensorBoardTracker(Tracker):
         if model:
             writer.text("artifacts/model", f"exported model: {model}", step)
         metrics = {Rank0Logger.tag_for(k): v for k, v in final.items() if k.startswith(("eval_", "test_"))}
-        writer.hparams(hyperparameters(trainer.args), metrics, status)
+        writer.hparams(hyperparameters(trainer.args), metrics, step)
         writer.close()
 
     def attach(self, trainer, path: str, name: str) -> None:
@@ -126,11 +127,11 @@ class _TensorBoardXWriter:
     def text(self, tag: str, text: str, step: int) -> None:
         self._w.add_text(tag, text, step)
 
-    def hparams(self, hparams: dict, metrics: dict, status: str) -> None:
+    def hparams(self, hparams: dict, metrics: dict, step: int) -> None:
         from tensorboardX.summary import hparams as hparams_summaries
 
         for summary in hparams_summaries(hparams, metrics):  # experiment, session start, session end
-            self._w.file_writer.add_summary(summary)
+            self._w.file_writer.add_summary(summary, step)
 
     def close(self) -> None:
         self._w.flush()
@@ -165,12 +166,12 @@ class _EventFileWriter:
 
         self._add(text_pb(tag, text), step)
 
-    def hparams(self, hparams: dict, metrics: dict, status: str) -> None:
+    def hparams(self, hparams: dict, metrics: dict, step: int) -> None:
         from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
-        self._add(hparams_pb(hparams), 0)
+        self._add(hparams_pb(hparams), step)
         if metrics:
-            self.text("final_metrics", json.dumps(metrics, sort_keys=True), 0)
+            self.text("final_metrics", json.dumps(metrics, sort_keys=True), step)
 
     def close(self) -> None:
         self._w.flush()
