@@ -33,9 +33,11 @@ def mlflow_env(monkeypatch):
     return monkeypatch
 
 
-@pytest.fixture
-def server(tmp_path, mlflow_env):
-    """``mlflow server`` with a SQLite store on a free port of 127.0.0.1; stopped (its process group) after."""
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """``mlflow server`` with a SQLite store on a free port of 127.0.0.1, one for this file (it takes a minute or
+    more to start on a busy machine); the last test kills it; stopped (its process group) at the end."""
+    tmp_path = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
@@ -55,7 +57,6 @@ def server(tmp_path, mlflow_env):
             log.close()
             pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
         time.sleep(0.5)
-    mlflow_env.setenv("MLFLOW_TRACKING_URI", url)
     yield proc, url
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -65,6 +66,14 @@ def server(tmp_path, mlflow_env):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     log.close()
+
+
+@pytest.fixture
+def server(mlflow_server, mlflow_env):
+    proc, url = mlflow_server
+    assert proc.poll() is None, "the mlflow server is gone (the test that kills it runs last)"
+    mlflow_env.setenv("MLFLOW_TRACKING_URI", url)
+    return proc, url
 
 
 def client(uri):
@@ -105,28 +114,6 @@ def test_server_run_reads_back_and_a_resume_continues_the_same_run(tmp_path, ser
     assert len(c.search_runs([run.info.experiment_id])) == 1
 
 
-class KillServer(Callback):
-    """Kills the tracking server at the end of step ``step``."""
-
-    def __init__(self, proc, step):
-        self.proc, self.step = proc, step
-
-    def on_step_end(self, trainer):
-        if trainer.state.global_step == self.step and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-def test_a_server_killed_mid_run_costs_one_warning_and_training_finishes(tmp_path, server, caplog):
-    proc, _ = server
-    with caplog.at_level(logging.WARNING, logger="trainer"):
-        trainer = train(tmp_path / "run", ["mlflow"], callbacks=[KillServer(proc, 3)])
-    assert trainer.state.status == "completed" and trainer.state.global_step == 8
-    warnings = [r.getMessage() for r in caplog.records if "report_to mlflow failed" in r.getMessage()]
-    assert len(warnings) == 1, warnings
-    assert "training goes on without it" in warnings[0]
-
-
 def test_file_store_reads_back(tmp_path, mlflow_env):
     uri = (tmp_path / "mlruns").as_uri()
     mlflow_env.setenv("MLFLOW_TRACKING_URI", uri)
@@ -147,3 +134,26 @@ def test_default_is_a_sqlite_file_under_logging_dir(tmp_path, mlflow_env):
     assert history(c, mlflow.run_id, "train/loss") == pytest.approx(logged(trainer, "loss"), rel=1e-6)
     assert "model.json" in " ".join(artifacts(c, mlflow.run_id, "model"))
     assert os.path.isdir(tmp_path / "logs" / "mlartifacts")
+
+
+class KillServer(Callback):
+    """Kills the tracking server at the end of step ``step``."""
+
+    def __init__(self, proc, step):
+        self.proc, self.step = proc, step
+
+    def on_step_end(self, trainer):
+        if trainer.state.global_step == self.step and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def test_a_server_killed_mid_run_costs_one_warning_and_training_finishes(tmp_path, server, caplog):
+    """Last in this file: it kills the file's server."""
+    proc, _ = server
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        trainer = train(tmp_path / "run", ["mlflow"], callbacks=[KillServer(proc, 3)])
+    assert trainer.state.status == "completed" and trainer.state.global_step == 8
+    warnings = [r.getMessage() for r in caplog.records if "report_to mlflow failed" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "training goes on without it" in warnings[0]
