@@ -74,6 +74,7 @@ LONGEST_FIRST = (
     "tests/callbacks/test_nan_guard_default.py",        # 230 (the 1- and 2-process nan-loss launches)
     "tests/distributed/test_slurm.py",                  # 165 (skipped without root and slurm-wlm)
     "tests/trainer/checkpoint/test_fencing.py",         # 125
+    "tests/callbacks/test_mlflow_tracker.py",           # 150 (mlflow server starts in 60-130 s)
     "tests/models/test_resnet_cli.py",                  # 145
     "tests/distributed/test_preemption_launcher.py",    # 135
     "tests/models/test_ernie_task.py",                  # 120

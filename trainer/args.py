@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
-from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
+from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
 from .errors import ConfigError, option
 from .parallel.layout import Layout
@@ -89,7 +89,7 @@ class TrainingArguments(PaddleNLPFields):
     logging_strategy: str = field(default="steps", metadata={"help": "when to log the training loss: " + " | ".join(STRATEGIES)})
     logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
     logging_first_step: bool = field(default=False, metadata={"help": "also log after the first optimizer step"})
-    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS)})
+    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; trackers (each an extra): " + ", ".join(TRACKERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS) + " and every tracker installed"})
     disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
     evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
@@ -180,7 +180,7 @@ class TrainingArguments(PaddleNLPFields):
         _choice("logging_strategy", self.logging_strategy, STRATEGIES)
         _choice("device", self.device, DEVICES)
         for reporter in self.report_to:
-            _choice("report_to", reporter, REPORTERS)
+            _choice("report_to", reporter, REPORTERS + TRACKERS)
         if self.evaluation_strategy == "steps" and self.eval_steps == 0:
             raise ConfigError(f"eval_steps=0 but evaluation_strategy='steps': set {option('eval_steps')} to N > 0 or "
                               "another evaluation_strategy")

@@ -48,7 +48,7 @@ from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
 from .errors import ConfigError, DataError, TrainerError, TrainingError, option
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
+from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
@@ -108,7 +108,8 @@ class Trainer(PaddleNLPAPI):
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
+        self.eval_dataset = eval_dataset  # a dataset, or {name: dataset}: each evaluated with prefix eval_<name>
+        check_eval_sets(eval_dataset, self.args)
         self.loss_fn = loss_fn
         self.collate_fn = collate_fn
         self.optimizer = optimizer
@@ -605,17 +606,23 @@ class Trainer(PaddleNLPAPI):
 
         Each rank evaluates a contiguous, unpadded shard; losses are summed and
         predictions gathered across ranks, so no sample counts twice or is lost.
+        A dict ``{name: dataset}`` evaluates each set with the prefix
+        ``<metric_key_prefix>_<name>`` (``eval_val_loss``), all in one evaluation
+        (one ``on_eval_begin`` / ``on_eval_end``, one log record).
         """
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        sets = eval_sets(dataset, metric_key_prefix)
         self.fire(Event.EVAL_BEGIN)
-        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
-        out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = compute_metrics_of(self, out, metric_key_prefix)
-        metrics[f"{metric_key_prefix}_samples"] = out.count
-        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
+        metrics = {}
+        for prefix, data in sets:
+            start = time.time()
+            out = run_inference(self, data, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+            metrics.update(compute_metrics_of(self, out, prefix))
+            metrics[f"{prefix}_samples"] = out.count
+            metrics.update(speed_metrics(prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})

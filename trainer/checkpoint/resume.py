@@ -64,6 +64,7 @@ MAY_CHANGE = frozenset({
     "do_train", "do_eval", "do_predict", "do_export",
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
     "auto_find_batch_size", "eval_accumulation_steps", "skip_memory_metrics",  # how, not what, is trained
+    "logging_dir", "run_name", "wandb_api_key",  # where and how the trackers write (callbacks.tracking)
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")

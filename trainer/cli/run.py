@@ -13,6 +13,7 @@ from ..args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_ov
 from ..errors import ConfigError
 from ..launch.flags import LAUNCH_FLAGS, drop_flags
 from .tasks import get_task
+from callbacks.tracking import log_file
 
 
 def run_target(argv: List[str]) -> List[str]:
@@ -111,6 +112,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
             with open(path + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=1, sort_keys=True)
             os.replace(path + ".tmp", path)
+        log_file(trainer, path)  # into the trackers' runs (report_to tensorboard, wandb, mlflow)
         shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
         print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
         extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
