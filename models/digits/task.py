@@ -74,4 +74,5 @@ TASK = Task(
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     dry_build=dry_build,
     predict=predict,
+    output_names=("logits",),
 )
