@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
@@ -63,6 +63,9 @@ class Preprocessing:
     description: str                                      # what an item is, for the 400 line
     encode: Callable[[List[Any]], List[Any]]
     decode: Callable[[List[Any], List[Any]], List[dict]]
+    # sizes(items) -> (width, height) of each image, read from its header without decoding (ValueError naming a
+    # bad item): the server refuses an image over --max_image_pixels (413) and bounds the pixels decoded at once
+    sizes: Optional[Callable[[List[Any]], List[Tuple[int, int]]]] = None
 
 
 @dataclass

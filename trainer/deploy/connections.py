@@ -11,7 +11,8 @@ h11 protocol, one class per server from :func:`guarded_protocol`) adds:
 - a body timeout: its body within ``body_timeout`` s of its headers;
 - a connection limit: at ``max_connections`` open, a new connection closes
   the oldest one still waiting for its headers (slow or idle: it has cost the
-  server nothing yet), else it is refused with 503 itself.
+  server nothing yet; one younger than a second may just not have been read
+  yet and is spared), else it is refused with 503 itself.
 
 A closed slow client gets ``408 Request Timeout``. One sweep per
 ``SWEEP`` s checks every connection; ``ptrain_serve_connections_closed_total``
@@ -64,7 +65,8 @@ class Guard:
     def added(self, conn: "GuardedH11Protocol") -> bool:
         """Register ``conn``; False when it must be refused (the limit is reached and nobody can be evicted)."""
         if len(self.open) >= self.max_connections:
-            victim = next((c for c in self.open if c.waiting_for_headers()), None)
+            now, grace = time.monotonic(), min(1.0, self.header_timeout / 4)  # a new client's bytes may be unread yet
+            victim = next((c for c in self.open if c.waiting_for_headers() and now - c.since > grace), None)
             if victim is None:
                 return False
             self.count("limit")

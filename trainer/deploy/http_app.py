@@ -51,11 +51,12 @@ class ServeState:
     the limits, the drain accounting."""
 
     def __init__(self, models: Dict[str, Any], metrics, max_batch_size: int, max_body_bytes: int,
-                 allow_nonfinite: bool = False, decode_budget=None):
+                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000):
         self.models, self.metrics = models, metrics
         self.max_batch_size, self.max_body_bytes = max_batch_size, max_body_bytes
         self.allow_nonfinite = allow_nonfinite
         self.decode_budget = decode_budget     # a PixelBudget for tasks whose items are images, or None
+        self.max_image_pixels = max_image_pixels
         self.draining = False
         self.accepted = self.answered = self.refused = 0   # predict/infer requests (the drain report)
 
@@ -201,13 +202,16 @@ def build_app(state: ServeState) -> Starlette:
         return arrays, rows, None, None
 
     async def _encode(pre, items):
-        cost = getattr(pre, "cost", None)
-        budget = state.decode_budget if cost is not None else None
         try:
-            pixels = await run_in_threadpool(cost, items) if budget is not None else 0
-            if budget is None:
+            if pre.sizes is None or state.decode_budget is None:
                 return await run_in_threadpool(pre.encode, items)
-            async with budget.hold(pixels):
+            sizes = await run_in_threadpool(pre.sizes, items)
+            for i, (width, height) in enumerate(sizes):
+                if width * height > state.max_image_pixels:
+                    raise BadRequest(f"item {i}: {width}x{height} = {width * height} pixels, over the limit of "
+                                     f"{state.max_image_pixels} per image (--max_image_pixels): send a smaller "
+                                     "image", 413)
+            async with state.decode_budget.hold(sum(w * h for w, h in sizes)):
                 return await run_in_threadpool(pre.encode, items)
         except ValueError as exc:  # DataError/ConfigError/BadRequest are ValueErrors: the task's one line
             raise BadRequest(f"{pre.field}: {exc}", getattr(exc, "status", 400)) from None

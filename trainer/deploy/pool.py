@@ -101,6 +101,7 @@ class WorkerPool:
                 raise ServeStartError(f"the model did not load within {timeout:g} s in a predictor process: "
                                       "raise --start_timeout or check the model directory")
             await asyncio.sleep(0.05)
+        self._first.set_result(None)  # from here a worker that cannot load is a replacement's failure
         prints = {w.fingerprint for w in self._workers}
         if len(prints) > 1:
             raise ServeStartError(f"the predictor processes loaded different files ({len(prints)} fingerprints): "

@@ -103,9 +103,12 @@ class ServeConfig:
         self.models = find_models(self.model_dir, self.model_prefix, self.model_name, self.model_version)
         if self.max_queue is None:
             self.max_queue = 16 * self.max_batch_size * self.workers
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = soft if 0 < soft < 1 << 20 else 1 << 20
+        # asyncio accepts up to `backlog` sockets in one go before any is counted: keep that many files in reserve
+        self.backlog = max(16, min(1024, soft // 8))
         if self.max_connections is None:
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            self.max_connections = max(16, min(4096, (soft if soft > 0 else 4096) - 64 - 4 * self.workers * len(self.models)))
+            self.max_connections = max(16, min(8192, soft - 64 - self.backlog - 4 * self.workers * len(self.models)))
         if self.max_decode_pixels is None:
             self.max_decode_pixels = 2 * self.max_image_pixels
         return self
@@ -134,8 +137,6 @@ def _models(config: ServeConfig, metrics, tasks) -> Dict[str, ServedModel]:
                    "max_batch_size": config.max_batch_size}
         pool = WorkerPool(options, config.workers, metrics, config.start_timeout)
         batcher = Batcher(pool, config.max_batch_size, config.max_delay_ms / 1000.0, config.max_queue, metrics, name)
-        if preprocessing is not None and getattr(preprocessing, "limit", None) is not None:
-            preprocessing.limit(config.max_image_pixels)
         models[name] = ServedModel(name, version, model_dir, pool, batcher,
                                    "onnxruntime_onnx" if config.runtime == "onnxruntime" else "paddle_inference",
                                    preprocessing, config.output_names, task_outputs)
@@ -148,7 +149,7 @@ async def _serve(config: ServeConfig, tasks) -> int:
     metrics = ServeMetrics(config.max_batch_size)
     models = _models(config, metrics, tasks)
     state = ServeState(models, metrics, config.max_batch_size, config.max_body_bytes, config.allow_nonfinite,
-                       PixelBudget(config.max_decode_pixels))
+                       PixelBudget(config.max_decode_pixels), config.max_image_pixels)
     guard = Guard(config.header_timeout, config.body_timeout, config.max_connections, metrics)
     try:
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else Nagle + delayed ACK
@@ -162,7 +163,7 @@ async def _serve(config: ServeConfig, tasks) -> int:
                           "another --port (0: any free one) or an address of this machine") from None
     server = _Server(uvicorn.Config(build_app(state), host=config.host, port=config.port, log_level="warning",
                                     lifespan="off", timeout_graceful_shutdown=config.drain_timeout,
-                                    access_log=False, http=guarded_protocol(guard), backlog=1024), state, sock)
+                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog), state, sock)
     port = sock.getsockname()[1]
     for model in models.values():
         model.batcher.start()
