@@ -23,7 +23,8 @@ READY = re.compile(r"ready on http://127\.0\.0\.1:(\d+) .* pid (\d+(?:,\d+)*)")
 class Server:
     def __init__(self, model_dir, *flags, timeout=120, preexec_fn=None):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0", *flags],
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "serve",
+                                      *([model_dir] if isinstance(model_dir, str) else model_dir), "--port", "0", *flags],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                                      preexec_fn=preexec_fn)
         self.err_lines = []

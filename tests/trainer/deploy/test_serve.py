@@ -185,7 +185,7 @@ def test_sigterm_drains_accepted_requests_and_exits_0(slow_dir):
     assert accepted == answered == results.count(200) and before > 0
     after = results[before:]
     assert "ConnectionRefusedError" in after  # nobody listens once it stopped
-    assert set(results) <= {200, 503, "ConnectionRefusedError", "RemoteDisconnected", "ConnectionResetError"}
+    assert set(results) <= {200, 503, "ConnectionRefusedError"}  # a 503 while draining, never a reset
     server.stop()
 
 

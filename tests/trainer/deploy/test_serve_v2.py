@@ -185,3 +185,53 @@ def test_default_model_names():
     assert default_model_name("runs/digits-demo/inference/") == "digits-demo"
     assert default_model_name("/srv/my model") == "my-model"
     assert default_model_name("runs/x/inference", "ernie") == "ernie"
+
+
+def test_several_models_from_a_repository_each_with_its_own_predictors(digits_dir, slow_dir, tmp_path):
+    """A Triton-style model repository (digits/ at version 1, wide/3/ at version 3) and NAME=DIR beside it:
+    each model has its own metadata, readiness, answers and predictor processes."""
+    repo = tmp_path / "repo"
+    shutil.copytree(digits_dir[0], repo / "digits")
+    shutil.copytree(slow_dir, repo / "wide" / "3")
+    (repo / "wide" / "1").mkdir()  # an empty version folder is not a model
+    server = Server([str(repo), f"other={digits_dir[0]}"], "--output_names", "scores", "--max_delay_ms", "0")
+    try:
+        assert len(server.pids) == 3  # one predictor process per model
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", network_timeout=120.0)
+        assert client.is_server_ready()
+        assert all(client.is_model_ready(name) for name in ("digits", "wide", "other"))
+        assert client.is_model_ready("wide", "3") and not client.is_model_ready("wide", "1")
+        assert client.get_model_metadata("wide")["versions"] == ["3"]
+        x = digits_dir[1][:2]
+        for name, path in (("digits", digits_dir[0]), ("wide", slow_dir), ("other", digits_dir[0])):
+            (expected,) = run_predictor(create_predictor(path), [x])
+            inp = httpclient.InferInput(client.get_model_metadata(name)["inputs"][0]["name"], [2, 64], "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_array_equal(client.infer(name, [inp]).as_numpy("scores"), expected)
+            status, body, _ = server.request("POST", f"/v1/models/{name}/predict", {"inputs": x.tolist()})
+            assert status == 200
+            np.testing.assert_array_equal(np.asarray(body["outputs"], "float32"), expected)
+        status, ready, _ = server.request("GET", "/ready")
+        assert status == 200 and ready["models"] == {"digits": "1", "wide": "3", "other": "1"}
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
+    import os
+    import sys
+
+    from serving import ROOT
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "trainer.cli", "serve", *args, "--port", "0"],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT),
+                              cwd=ROOT)
+
+    r = run(f"a={digits_dir[0]}", f"a={digits_dir[0]}")
+    assert r.returncode == 2 and "several models are named a: name them apart with NAME=DIR" in r.stderr
+    r = run(digits_dir[0], "--model_name", "bad/name")
+    assert r.returncode == 2 and "--model_name 'bad/name' is not allowed" in r.stderr
+    r = run(digits_dir[0], "--output_names", "a,b")
+    assert r.returncode == 2 and "--output_names a,b: the model has 1 output(s)" in r.stderr
