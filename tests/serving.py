@@ -95,3 +95,22 @@ def _alive(pid):
         return False
 
 
+
+
+def load_clients(server, count, body, pause=0.01):
+    """``count`` threads sending ``body`` to ``/v1/predict`` back to back, each on a new connection, until
+    ``stop`` is set: ``(results, stop, threads)``, a result being a status or the name of the connection error."""
+    results, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                results.append(server.predict(body, timeout=30)[0])
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                results.append(type(exc).__name__)
+                time.sleep(pause)
+
+    threads = [threading.Thread(target=client) for _ in range(count)]
+    for t in threads:
+        t.start()
+    return results, stop, threads

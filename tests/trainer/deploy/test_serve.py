@@ -8,7 +8,6 @@ its predictor processes checked gone.
 """
 
 import concurrent.futures as cf
-import http.client
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from serving import ROOT, Server, _alive
+from serving import ROOT, Server, _alive, load_clients
 
 from trainer.deploy.predictor import create_predictor, run_predictor
 
@@ -157,19 +156,7 @@ def test_a_full_queue_answers_503_with_retry_after(slow_dir):
 
 def test_sigterm_drains_accepted_requests_and_exits_0(slow_dir):
     server = Server(slow_dir, "--max_batch_size", "4", "--max_delay_ms", "2")
-    results, stop = [], threading.Event()
-
-    def client():
-        while not stop.is_set():
-            try:
-                results.append(server.predict({"inputs": [[0.1] * 64] * 2}, timeout=30)[0])
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                results.append(type(exc).__name__)
-                time.sleep(0.01)
-
-    threads = [threading.Thread(target=client) for _ in range(12)]
-    for t in threads:
-        t.start()
+    results, stop, threads = load_clients(server, 12, {"inputs": [[0.1] * 64] * 2})
     time.sleep(1.5)
     before = len(results)
     server.proc.send_signal(signal.SIGTERM)

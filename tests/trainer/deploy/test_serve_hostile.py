@@ -4,7 +4,6 @@ model files changed or truncated while serving, a drain with requests arriving a
 Every server is a real subprocess on loopback; every attack is bounded in count and time.
 """
 
-import http.client
 import os
 import re
 import resource
@@ -18,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from serving import ROOT, Server
+from serving import ROOT, Server, load_clients
 
 from trainer.deploy.predictor import create_predictor, run_predictor
 
@@ -187,24 +186,12 @@ def test_a_drain_refuses_with_503_never_resets_and_counts_the_cut(slow_dir):
     bodies half sent when the drain ends are counted as cut, and the server exits within --drain_timeout."""
     server = Server(slow_dir, "--max_batch_size", "4", "--max_delay_ms", "2", "--drain_timeout", "4",
                     "--body_timeout", "60")
-    results, stop = [], threading.Event()
-
-    def client():
-        while not stop.is_set():
-            try:
-                results.append(server.predict({"inputs": [[0.1] * 64] * 2}, timeout=30)[0])
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                results.append(type(exc).__name__)
-                time.sleep(0.005)
-
     slow = []
     for _ in range(30):  # accepted requests whose bodies never finish
         s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"inputs\": ")
         slow.append(s)
-    threads = [threading.Thread(target=client) for _ in range(12)]
-    for t in threads:
-        t.start()
+    results, stop, threads = load_clients(server, 12, {"inputs": [[0.1] * 64] * 2}, pause=0.005)
     time.sleep(1.5)
     before = len(results)
     started = time.monotonic()
