@@ -17,7 +17,8 @@ size of the previous model call, and only if that call was recent (ended within
 ``IDLE_AFTER`` + ``max_delay`` s). A request that finds an idle worker and a quiet server (the
 last call held one request, or was long ago) runs at once; under load the
 previous call was full, so the next one waits (at most ``max_delay``) to fill
-too.
+too. Such a lone request goes from :meth:`Batcher.submit` straight to the idle
+worker, without waking the batching task.
 
 A pool that cannot serve (``pool.unavailable``: its predictor processes cannot
 load the model) fails the queued requests and refuses new ones with
@@ -88,6 +89,11 @@ class Batcher:
         if len(self._queue) >= self.max_queue:
             raise QueueFull(f"{len(self._queue)} requests are waiting (--max_queue {self.max_queue})")
         pending = Pending(arrays, rows, asyncio.get_running_loop().create_future())
+        if not self._queue and self._quiet(pending.enqueued):  # alone: straight to an idle worker, no hop
+            worker = self.pool.try_acquire() if hasattr(self.pool, "try_acquire") else None
+            if worker is not None:
+                self._send(worker, [pending])
+                return pending.future
         self._queue.append(pending)
         self._arrived.set()
         if self.metrics is not None:
@@ -100,9 +106,7 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
             worker = await self.pool.acquire()
-            now = time.monotonic()
-            want = self.max_batch_size if now - self._last_at < IDLE_AFTER + self.max_delay else 1
-            want = min(want, max(1, self._last_rows) if self._last_rows else 1)
+            want = 1 if self._quiet(time.monotonic()) else min(self.max_batch_size, self._last_rows)
             while self._queue:  # wait for the oldest's deadline or a batch as full as the last one
                 head = self._queue[0]
                 left = head.enqueued + self.max_delay - time.monotonic()
@@ -117,9 +121,7 @@ class Batcher:
             if not batch:
                 self.pool.release(worker)
                 continue
-            task = asyncio.get_running_loop().create_task(self._call(worker, batch))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self._send(worker, batch)
 
     def _rows_like(self, head: Pending) -> int:
         key, rows = head.key, 0
@@ -154,21 +156,32 @@ class Batcher:
             self.metrics.queue_depth.labels(self.name).set(len(self._queue))
         return batch
 
-    async def _call(self, worker, batch: List[Pending]) -> None:
+    def _quiet(self, now: float) -> bool:
+        """No batch to wait for: the last model call held one request, or ended long enough ago."""
+        return self._last_rows <= 1 or now - self._last_at >= IDLE_AFTER + self.max_delay
+
+    def _send(self, worker, batch: List[Pending]) -> None:
+        """Send ``batch`` to ``worker`` now; its requests' futures are answered when the outputs come back."""
         arrays = [np.concatenate([p.arrays[i] for p in batch]) if len(batch) > 1 else batch[0].arrays[i]
                   for i in range(len(batch[0].arrays))]
         rows = sum(p.rows for p in batch)
         self._last_rows, self._last_at = rows, time.monotonic()
         if self.metrics is not None:
             self.metrics.batch_size.observe(rows)
-        try:
-            outputs = await self.pool.run(worker, arrays)
-            self._last_at = time.monotonic()  # quiet is counted from the call's end: a slow model is not "idle"
-        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
-            for p in batch:
+        future = self.pool.run(worker, arrays)
+        self._inflight.add(future)
+        future.add_done_callback(lambda done: self._deliver(done, batch, rows))
+
+    def _deliver(self, done: "asyncio.Future", batch: List[Pending], rows: int) -> None:
+        self._inflight.discard(done)
+        self._last_at = time.monotonic()  # quiet is counted from the call's end: a slow model is not "idle"
+        if done.cancelled() or done.exception() is not None:
+            exc = RuntimeError("the model call was cancelled") if done.cancelled() else done.exception()
+            for p in batch:  # every request of the batch gets the error
                 if not p.future.done():
                     p.future.set_exception(exc)
             return
+        outputs = done.result()
         bad = [o.shape for o in outputs if not o.shape or o.shape[0] != rows]
         start = 0
         for p in batch:

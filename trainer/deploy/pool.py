@@ -167,6 +167,15 @@ class WorkerPool:
                 worker.state = "busy"
                 return worker
 
+    def try_acquire(self) -> Optional[_Worker]:
+        """An idle worker now, or None (never waits)."""
+        while not self._idle.empty():
+            worker = self._idle.get_nowait()
+            if worker.state == "idle":
+                worker.state = "busy"
+                return worker
+        return None
+
     def release(self, worker: _Worker) -> None:
         """Give back a worker acquired but not used."""
         if worker.state == "busy":
