@@ -13,6 +13,9 @@ reported, so a load spike on a shared machine hits every target alike):
 - the hand-written peer (``benchmarks/handwritten_server.py``): Starlette +
   ``paddle.inference`` in the handler under uvicorn, one request per model call.
 
+Within a point the targets take turns of ``--slice`` seconds until each has had
+``--duration`` (so a load spike of a shared machine falls on all of them).
+
 Per point: requests/s, p50 and p99 latency, and for ``ptrain serve`` the mean
 rows per model call (``ptrain_serve_batch_size_sum / _count`` of ``/metrics``).
 Models (``--models``): ``digits``, an MLP the size of the digits task's
@@ -180,7 +183,32 @@ def closed_loop(port: int, protocol: str, concurrency: int, duration: float, max
     flat = np.array([x for per in latencies for x in per]) if any(latencies) else np.array([0.0])
     return {"requests": int(sum(len(p) for p in latencies)), "errors": int(sum(errors)),
             "rps": sum(len(p) for p in latencies) / elapsed, "p50_ms": float(np.percentile(flat, 50)),
-            "p99_ms": float(np.percentile(flat, 99)), "seconds": elapsed}
+            "p99_ms": float(np.percentile(flat, 99)), "seconds": elapsed, "latencies": flat.tolist()}
+
+
+def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
+    """Every target of ``order`` for ``args.duration`` seconds in all, in turns of ``args.slice`` seconds: a load
+    spike of a shared machine then falls on every target alike, not on whichever ran at that moment."""
+    runs: Dict[str, List[dict]] = {protocol: [] for _, protocol in order}
+    calls: Dict[str, list] = {protocol: [0.0, 0.0] for _, protocol in order}
+    for _ in range(max(1, round(args.duration / args.slice))):
+        for kind, protocol in order:
+            before = servers[kind].batch_stats()
+            runs[protocol].append(closed_loop(servers[kind].port, protocol, concurrency, args.slice,
+                                              args.max_requests))
+            after = servers[kind].batch_stats()
+            calls[protocol][0] += after[0] - before[0]
+            calls[protocol][1] += after[1] - before[1]
+    points = {}
+    for protocol, parts in runs.items():
+        flat = np.array([x for p in parts for x in p["latencies"]] or [0.0])
+        seconds = sum(p["seconds"] for p in parts)
+        requests = sum(p["requests"] for p in parts)
+        points[protocol] = {"requests": requests, "errors": sum(p["errors"] for p in parts), "seconds": seconds,
+                            "rps": requests / seconds, "p50_ms": float(np.percentile(flat, 50)),
+                            "p99_ms": float(np.percentile(flat, 99)),
+                            "mean_batch": calls[protocol][1] / calls[protocol][0] if calls[protocol][0] else 1.0}
+    return points
 
 
 TARGETS = (("ptrain", "v1"), ("ptrain", "v2-json"), ("ptrain", "v2-binary"), ("handwritten", "handwritten"))
@@ -201,14 +229,9 @@ def run_model(model: str, args, workdir: str) -> dict:
         for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits every target alike
             for c in args.concurrency:
                 order = TARGETS if round_ % 2 == 0 else tuple(reversed(TARGETS))
-                for kind, protocol in order:
-                    server = servers[kind]
-                    before = server.batch_stats()
-                    point = closed_loop(server.port, protocol, c, args.duration, args.max_requests)
-                    after = server.batch_stats()
-                    calls = after[0] - before[0]
-                    point.update(model=model, server=kind, protocol=protocol, concurrency=c, round=round_,
-                                 mean_batch=(after[1] - before[1]) / calls if calls else 1.0)
+                for protocol, point in sliced(servers, order, c, args).items():
+                    kind = "handwritten" if protocol == "handwritten" else "ptrain"
+                    point.update(model=model, server=kind, protocol=protocol, concurrency=c, round=round_)
                     points.setdefault((protocol, c), []).append(point)
                     print(f"{model} round {round_} {protocol:>11} concurrency {c:>3}: {point['rps']:.0f} req/s, "
                           f"p50 {point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, mean batch "
@@ -264,7 +287,8 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     p.add_argument("--max_batch_size", type=int, default=32)
     p.add_argument("--max_delay_ms", type=float, default=5.0)
-    p.add_argument("--duration", type=float, default=4.0, help="seconds per point")
+    p.add_argument("--duration", type=float, default=4.0, help="seconds per point (in turns of --slice)")
+    p.add_argument("--slice", type=float, default=0.5, help="seconds per turn of one target before the next")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the median round is reported")
     p.add_argument("--max_requests", type=int, default=20000, help="at most this many requests per point")
     p.add_argument("--markdown", default=None)
