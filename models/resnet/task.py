@@ -154,4 +154,5 @@ TASK = Task(
     predict=predict,
     preprocessing=preprocessing,
     resume_may_change={"pretrained": "the initial weights only: a resume replaces them with the checkpoint's"},
+    output_names=("logits",),
 )
