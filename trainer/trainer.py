@@ -34,7 +34,6 @@ from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.snapshot import snapshot
-from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import PredictionOutput
@@ -52,7 +51,6 @@ from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, 
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
-from .schedules import build_scheduler
 from .state import TrainerState
 
 logger = logging.getLogger("trainer")
@@ -98,6 +96,7 @@ class Trainer(PaddleNLPAPI):
         args, callbacks, loss_fn, collate_fn = door.args, door.callbacks, door.loss_fn, door.collate_fn
         optimizer, lr_scheduler = door.optimizer, door.lr_scheduler
         self.tokenizer, self.preprocess_predictions = door.tokenizer, door.preprocess_predictions
+        self.recipe = door.recipe  # the choices that decide the numbers: ours, or PaddleNLP's (trainer.recipe)
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
@@ -164,9 +163,7 @@ class Trainer(PaddleNLPAPI):
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
             return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
-        self._train_sampler = ResumableDistributedBatchSampler(
-            n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
-            shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
+        self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
                             f"dataloader_drop_last: lower per_device_train_batch_size or set "
@@ -196,7 +193,7 @@ class Trainer(PaddleNLPAPI):
         a = self.args
         lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
         params = [p for p in self.model.parameters() if not p.stop_gradient]
-        decay_names = {p.name for p in params if p.ndim >= 2}
+        decay_names = self.recipe.decay_names(self.model, params)
         if a.optim == "adamw":
             return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
                                           beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
@@ -209,8 +206,8 @@ class Trainer(PaddleNLPAPI):
         return paddle.optimizer.SGD(learning_rate=lr, parameters=groups)
 
     def create_lr_scheduler(self, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
-        return build_scheduler(self.args, total_steps, self.state.steps_per_epoch, self._peak_lr())
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
+        return self.recipe.lr_scheduler(self, total_steps)
 
     def _peak_lr(self) -> float:
         """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
@@ -513,7 +510,7 @@ class Trainer(PaddleNLPAPI):
 
         Returns the norm before clipping as a device tensor (no host sync).
         """
-        return clip_grad_norm(self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
+        return self.recipe.clip(self.model.parameters(), max_norm)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())
@@ -561,7 +558,7 @@ class Trainer(PaddleNLPAPI):
 
     def log(self, record: dict) -> None:
         """Publish a record of host floats to the loggers (``on_log``); every rank calls it."""
-        self.state.logs = dict(record)
+        self.state.logs = self.recipe.log_record(self, dict(record))
         self.fire(Event.LOG)
         self.state.log_history.append(dict(self.state.logs))
 
@@ -585,7 +582,7 @@ class Trainer(PaddleNLPAPI):
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
-        return self.state.metrics
+        return self.recipe.eval_result(self, self.state.metrics)
 
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
