@@ -101,7 +101,11 @@ class PaddleNLPAPI:
             self._in_train_api = False
             self.callbacks.remove(tracker)
         runtime = max(time.time() - start, 1e-9)
-        loss = float(tracker.total) / tracker.steps if tracker.steps else float("nan")  # one host sync, at the end
+        from .. import distributed as dist
+
+        # the mean over ranks, as PaddleNLP's (its logged losses are all-gathered means): one sync, at the end
+        total = dist.reduce_scalars([float(tracker.total) if tracker.steps else 0.0])[0]
+        loss = total / tracker.steps if tracker.steps else float("nan")
         metrics = {"train_runtime": round(runtime, 4),
                    "train_samples_per_second": round((self.state.samples_seen - samples0) / runtime, 4),
                    "train_steps_per_second": round((self.state.global_step - step0) / runtime, 4),
