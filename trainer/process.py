@@ -20,6 +20,10 @@ signalled or killed first (docs/how-to/preemption.md):
   138): there is nothing to save before ``fit()``. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
+- :func:`hand_off_exit_code`: a preempted ``fit()`` returns to the script,
+  and the script may simply end; the process then still exits with the
+  preemption's code (130 / 143 / 138), so that it reaches the launcher, ``ptrain``
+  and the shell without the script calling ``sys.exit``.
 """
 
 from __future__ import annotations
@@ -207,6 +211,47 @@ def startup_handlers_active(active: bool) -> bool:
     """Switch the start-up exit off (``fit()`` owns the signals) or back on; returns the previous setting."""
     previous, _STARTUP.active = _STARTUP.active, active
     return previous
+
+
+# ---- the exit code of a preempted run ------------------------------------------------------------------
+_HANDOFF = {"code": 0, "installed": False, "hook": None}
+
+
+def hand_off_exit_code(code: int) -> None:
+    """End this process with ``code`` when the script ends normally (also by ``sys.exit``), or raises
+    ``trainer.errors.Preempted`` (one line, no traceback); another uncaught exception keeps Python's 1.
+    ``0`` withdraws the request (a new ``fit()`` begins). The exit skips the interpreter's teardown after
+    flushing the logs and streams, as ``ptrain``'s own entry script does (trainer/cli/launch_entry.py)."""
+    _HANDOFF["code"] = int(code)
+    if code and not _HANDOFF["installed"]:
+        _HANDOFF["installed"] = True
+        import atexit
+
+        atexit.register(_exit_with_handed_off_code)
+        _HANDOFF["hook"] = sys.excepthook
+        sys.excepthook = _excepthook
+
+
+def handed_off_exit_code() -> int:
+    return _HANDOFF["code"]
+
+
+def _excepthook(kind, value, tb) -> None:
+    from .errors import Preempted
+
+    if isinstance(value, Preempted):
+        _HANDOFF["code"] = value.exit_code
+        sys.stderr.write(f"ptrain: {value}\n")
+        return
+    _HANDOFF["code"] = 0  # the script failed: Python's exit code 1 and its traceback
+    (_HANDOFF["hook"] or sys.__excepthook__)(kind, value, tb)
+
+
+def _exit_with_handed_off_code() -> None:
+    code = _HANDOFF["code"]
+    if code:
+        logging.shutdown()
+        exit_now(code)
 
 
 # ---- failures a rank records for ptrain ---------------------------------------------------------------

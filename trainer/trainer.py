@@ -46,7 +46,7 @@ from .data.batch_errors import backward_dtype_error, label_dtype_error, label_er
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, TrainerError, TrainingError, option
+from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
 from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
@@ -572,6 +572,7 @@ class Trainer(PaddleNLPAPI):
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        self._refuse_after_preemption("evaluate()")
         self.fire(Event.EVAL_BEGIN)
         start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
@@ -584,8 +585,20 @@ class Trainer(PaddleNLPAPI):
         self.log({"step": self.state.global_step, **self.state.metrics})
         return self.recipe.eval_result(self, self.state.metrics)
 
+    def _refuse_after_preemption(self, what: str) -> None:
+        """After a preempted fit() the job is stopping and ranks leave: no collective may start. Every rank
+        agreed on the preemption, so every rank raises here, at the same call."""
+        if self.state.status == "preempted" and self.state.exit_code:
+            import signal
+
+            name = signal.Signals(self.state.exit_code - 128).name
+            raise Preempted(f"{what} after a preempted fit() ({name}): skipped on every rank, the job is stopping; "
+                            f"exiting {self.state.exit_code}. Resume with resume_from_checkpoint=\"auto\" to finish "
+                            "and evaluate", self.state.exit_code - 128)
+
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
+        self._refuse_after_preemption("predict()")
         self.fire(Event.PREDICT_BEGIN)
         start = time.time()
         out = run_inference(self, dataset, None, None)
