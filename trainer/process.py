@@ -223,7 +223,16 @@ def hand_off_exit_code(code: int) -> None:
     ``0`` withdraws the request (a new ``fit()`` begins). The exit skips the interpreter's teardown after
     flushing the logs and streams, as ``ptrain``'s own entry script does (trainer/cli/launch_entry.py)."""
     _HANDOFF["code"] = int(code)
-    if code and not _HANDOFF["installed"]:
+    if code:
+        _install_hooks()
+
+
+def handed_off_exit_code() -> int:
+    return _HANDOFF["code"]
+
+
+def _install_hooks() -> None:
+    if not _HANDOFF["installed"]:
         _HANDOFF["installed"] = True
         import atexit
 
@@ -232,16 +241,23 @@ def hand_off_exit_code(code: int) -> None:
         sys.excepthook = _excepthook
 
 
-def handed_off_exit_code() -> int:
-    return _HANDOFF["code"]
-
-
 def _excepthook(kind, value, tb) -> None:
     from .errors import Preempted
 
     if isinstance(value, Preempted):
         _HANDOFF["code"] = value.exit_code
         sys.stderr.write(f"ptrain: {value}\n")
+        return
+    folder = os.environ.get(FAILURE_DIR_ENV)
+    if folder and value is _HANDOFF.get("failure"):  # recorded for ptrain, which prints it once for all ranks
+        import traceback
+
+        _HANDOFF["code"] = _HANDOFF["failure_code"]
+        try:
+            with open(os.path.join(folder, f"rank-{_HANDOFF['failure_rank']}.traceback"), "w", encoding="utf-8") as f:
+                f.write("".join(traceback.format_exception(kind, value, tb)))
+        except OSError:
+            sys.stderr.write(f"ptrain: {type(value).__name__}: {value}\n")
         return
     _HANDOFF["code"] = 0  # the script failed: Python's exit code 1 and its traceback
     (_HANDOFF["hook"] or sys.__excepthook__)(kind, value, tb)
@@ -262,7 +278,9 @@ FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
 
 
 def record_failure(rank: int, error: BaseException) -> None:
-    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises)."""
+    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises). Should the
+    script leave ``error`` uncaught, the rank writes its traceback to ``rank-N.traceback`` beside the record
+    instead of on the console, and exits with the error's code."""
     folder = os.environ.get(FAILURE_DIR_ENV)
     if not folder:
         return
@@ -271,6 +289,10 @@ def record_failure(rank: int, error: BaseException) -> None:
     code = getattr(error, "exit_code", None)
     record = {"rank": rank, "code": code if isinstance(code, int) else 1,
               "error": f"{type(error).__name__}: {error}"[:2000]}
+    # left uncaught by the script, the error is then not printed by this rank (its traceback goes to
+    # ptrain's log_dir) and the process exits with its code: ptrain prints it once for every rank
+    _HANDOFF.update(failure=error, failure_code=record["code"], failure_rank=rank)
+    _install_hooks()
     try:
         tmp = os.path.join(folder, f".rank-{rank}.json.tmp-{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
