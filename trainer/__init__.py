@@ -33,6 +33,7 @@ _EXPORTS = {
     "TrainOutput": "trainer.compat.outputs",
     "TrainingArguments": "trainer.args",
     "TrainerState": "trainer.state",
+    "set_seed": "trainer.seed",
     "Event": "trainer.events",
     "TrainerError": "trainer.errors",
     "ConfigError": "trainer.errors",

@@ -17,7 +17,7 @@ keeps ours. The loop never asks which recipe it has; the building blocks
 
 from __future__ import annotations
 
-from typing import Iterable, Set
+from collections.abc import Iterable
 
 from .clipping import clip_grad_norm
 from .data import ResumableDistributedBatchSampler
@@ -36,7 +36,7 @@ class Recipe:
             dataset_len, a.per_device_train_batch_size, num_replicas=trainer.world_size, rank=trainer.rank,
             shuffle=True, seed=a.data_seed, drop_last=a.dataloader_drop_last)
 
-    def decay_names(self, model, params: Iterable) -> Set[str]:
+    def decay_names(self, model, params: Iterable) -> set[str]:
         """Weight decay on parameters with 2+ dims (matrices, embeddings, kernels), never biases and norm weights."""
         return {p.name for p in params if p.ndim >= 2}
 

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
@@ -51,6 +50,7 @@ from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, 
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .seed import set_seed
 from .state import TrainerState
 
 logger = logging.getLogger("trainer")
@@ -363,7 +363,7 @@ class Trainer(PaddleNLPAPI):
 
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
-        _seed_everything(a.seed)
+        set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
         resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
@@ -670,10 +670,6 @@ def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    paddle.seed(seed)
 
 
 def _check_loss(loss: Any) -> None:

@@ -22,9 +22,16 @@ import pytest
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None, reason="paddlenlp not installed")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compat_helpers import (OUR_IMPORT, PADDLENLP_IMPORT, make_tiny_ernie, only_the_import_differs,  # noqa: E402
-                            run_script, script_source, write_data)
-from helpers import launch  # noqa: E402
+from compat_helpers import (
+    OUR_IMPORT,
+    PADDLENLP_IMPORT,
+    make_tiny_ernie,
+    only_the_import_differs,
+    run_script,
+    script_source,
+    write_data,
+)
+from helpers import launch
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "glue_parity.py")
 TOLERANCE = 1e-6

@@ -27,7 +27,7 @@ installed: the arguments came from it).
 from __future__ import annotations
 
 import time
-from typing import Iterable, Set
+from collections.abc import Iterable
 
 import numpy as np
 import paddle
@@ -73,7 +73,7 @@ class PaddleNLPRecipe(Recipe):
                               rank=trainer.rank, shuffle=True, seed=0, drop_last=a.dataloader_drop_last,
                               numpy_seed=a.seed)
 
-    def decay_names(self, model, params: Iterable) -> Set[str]:
+    def decay_names(self, model, params: Iterable) -> set[str]:
         keep = {p.name for p in params}
         return {p.name for n, p in model.named_parameters()
                 if p.name in keep and not any(nd in n for nd in ("bias", "norm"))}
