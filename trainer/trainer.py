@@ -322,6 +322,7 @@ class Trainer(PaddleNLPAPI):
         state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
         try:
             loader = self._setup_fit(resume)
+            clock = (time.time(), state.samples_seen, state.global_step)  # this fit()'s, resumed counters included
             self.fire(Event.FIT_BEGIN)
             # wrapped after on_fit_begin: AMP O2 casts the parameters there, and DataParallel
             # buckets gradients by the dtype the parameters have when it is built
@@ -332,6 +333,7 @@ class Trainer(PaddleNLPAPI):
             self.wait_for_checkpoint()
             if state.status == "running":
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
+            state.train_metrics = _train_speed(*clock, state)
         except BaseException as exc:
             killed = killed_worker_of(exc)  # an evaluation's or a callback's loader worker, outside the epoch
             error = worker_killed(*killed) if killed is not None else exc
@@ -670,6 +672,14 @@ def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
+
+
+def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) -> dict:
+    """PaddleNLP's (and Hugging Face's) names for a fit()'s speed: the one set, in state, results.json and train()."""
+    runtime = max(time.time() - start, 1e-9)
+    return {"train_runtime": round(runtime, 4),
+            "train_samples_per_second": round((state.samples_seen - samples0) / runtime, 4),
+            "train_steps_per_second": round((state.global_step - steps0) / runtime, 4)}
 
 
 def _check_loss(loss: Any) -> None:
