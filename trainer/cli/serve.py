@@ -15,6 +15,9 @@ import sys
 
 from ..process import startup_handlers_active
 
+#: the install hint, word for word as docs/how-to/serve.md gives it (tests/docs/test_first_hour_docs.py)
+SERVE_EXTRA = 'pip install -e ".[serve]" in the paddle-trainer checkout'
+
 
 def add_serve_parser(sub) -> argparse.ArgumentParser:
     srv = sub.add_parser("serve", help="serve an exported model over HTTP, with dynamic batching (docs/how-to/serve.md)",
@@ -51,7 +54,7 @@ def cmd_serve(ns) -> int:
         try:
             __import__(module)
         except ImportError:
-            raise ConfigError(f"ptrain serve needs {module}: pip install 'paddle-trainer[serve]'") from None
+            raise ConfigError(f"ptrain serve needs {module}: {SERVE_EXTRA}") from None
     from ..deploy.predictor import export_task
     from ..deploy.server import ServeConfig, serve
 
