@@ -106,3 +106,15 @@ class WorkerKilled(TrainerError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class Preempted(TrainerError):
+    """``evaluate()`` or ``predict()`` after a preempted ``fit()``: the job is being stopped (its grace period
+    runs), so nothing that needs every rank starts; every rank raises this at the same call. Exit code 128 + the
+    signal (130 after Ctrl-C, 143 after SIGTERM); uncaught in a script it is one line, and the process ends
+    with that code (``trainer.process.hand_off_exit_code``)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum

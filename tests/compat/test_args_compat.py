@@ -209,3 +209,31 @@ def test_docstring_examples(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_migration_table_states_every_default_and_type_that_differs():
+    """A field whose default differs is marked "different default" (disable_tqdm once said "same"), the guide's
+    table is the one ``python -m trainer.compat.table`` prints, and it names each of the 12 type differences."""
+    pytest.importorskip("paddlenlp")
+    import typing
+
+    from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
+
+    from trainer.compat.args_convert import FIELDS
+    from trainer.compat.table import markdown, type_name
+
+    def default(f):
+        if f.default is not dataclasses.MISSING:
+            return getattr(f.default, "value", f.default)
+        return "required" if f.default_factory is dataclasses.MISSING else f.default_factory()
+
+    ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}
+    differ = sorted(f.name for f in dataclasses.fields(PaddleNLPArguments) if default(f) != default(ours[f.name]))
+    assert differ == sorted(n for n, (kind, _) in FIELDS.items() if kind == "default"), differ
+    assert len(differ) == 11 and "disable_tqdm" in differ
+    hints_theirs, hints_ours = typing.get_type_hints(PaddleNLPArguments), typing.get_type_hints(TrainingArguments)
+    types = [n for n in hints_theirs if n in ours and type_name(hints_theirs[n]) != type_name(hints_ours[n])]
+    with open(GUIDE, encoding="utf-8") as f:
+        guide = f.read()
+    assert markdown() in guide, "regenerate the table in docs/how-to/migrate-paddlenlp.md: python -m trainer.compat.table"
+    assert len(types) == 12 and all(f"| `{n}` |" in guide for n in types), types

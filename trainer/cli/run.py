@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import List, Optional
 
 from ..args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_overrides
@@ -87,14 +86,13 @@ def run_here(task, options, args, dry_run: bool) -> int:
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
         return 0
-    start = time.time()
     state = trainer.fit()
     if state.status == "preempted":
         if dist.is_main_process():
             print(preempted_line(args, state), file=sys.stderr)
         return state.exit_code
     results = {"task": run.info.get("task", task.name), "status": state.status, "global_step": state.global_step,
-               "train_seconds": round(time.time() - start, 2), **run.info}
+               **state.train_metrics, **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
         final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None
         results.update(final or trainer.evaluate())

@@ -15,6 +15,9 @@ import sys
 
 from ..process import startup_handlers_active
 
+#: the install hint, word for word as docs/how-to/serve.md gives it (tests/docs/test_first_hour_docs.py)
+SERVE_EXTRA = 'pip install -e ".[serve]" in the paddle-trainer checkout'
+
 
 def add_serve_parser(sub) -> argparse.ArgumentParser:
     srv = sub.add_parser("serve", help="serve exported models over HTTP (/v1 and the Open Inference Protocol v2), with "
@@ -97,7 +100,7 @@ def cmd_serve(ns) -> int:
         try:
             __import__(module)
         except ImportError:
-            raise ConfigError(f"ptrain serve needs {module}: pip install 'paddle-trainer[serve]'") from None
+            raise ConfigError(f"ptrain serve needs {module}: {SERVE_EXTRA}") from None
     from ..deploy.server import ServeConfig, serve
 
     names = [n.strip() for n in ns.output_names.split(",")] if ns.output_names else None

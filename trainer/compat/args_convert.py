@@ -34,6 +34,10 @@ logger = logging.getLogger("trainer")
 
 from .fields_table import FIELDS  # noqa: E402  (re-exported: the table lives with the data)
 
+# fields PaddleNLP's schedule reads from the paddlenlp arguments themselves (trainer.compat.paddlenlp_recipe):
+# they act on a converted run, so they are neither carried to ours nor warned about
+RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
+
 # the PaddleNLP name -> ours, for renamed fields carried by value
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
@@ -53,6 +57,8 @@ def convert_args(pargs: Any):
         kind = FIELDS.get(name, ("unsupported", "not a PaddleNLP TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
+        if name in RECIPE_FIELDS:
+            continue  # read from the paddlenlp arguments by PaddleNLP's recipe (trainer.compat.paddlenlp_recipe)
         if kind in ("same", "default", "renamed") and name in ours and name != "logging_dir":
             values[name] = _plain(value)
         elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
