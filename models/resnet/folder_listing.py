@@ -7,9 +7,10 @@ are followed, each real directory and each real file at most once:
   ``a/loop -> ..``) is a loop; one that leads into another class's folder would
   give that class's images a second label; one whose directory was walked already
   would count its images twice. Each is named in one warning line and skipped;
-* a file reached twice (a symlink or hard link to an image listed already) is
-  counted once: under its real, non-link path when it has one, else the first
-  path in sorted order (one warning line gives the number and an example).
+* a file reached again through a symlink (a file link, or a file in a linked
+  folder, to an image listed already) is counted once: under its path without
+  links when it has one, else its first path in sorted order (one warning line
+  gives the number and an example). Hard links stay separate files, as before.
 
 :func:`listing_fingerprint` is what a checkpoint records of the training folder
 (``ImageFolderDataset.fingerprint``, see ``docs/how-to/resume.md``): the digest
@@ -129,19 +130,24 @@ def _file_key(entry: os.DirEntry, dev: int, is_link: bool):
 
 
 def _once_per_file(found: list) -> Tuple[List[str], List[int]]:
-    """Each real file once: under its first path that is not reached through a link, else its first path."""
-    chosen: Dict[object, int] = {}
+    """Each real file once through symlinks: a path reached through a link (a file link, or a file in a linked
+    folder) is dropped when the file has a path without links (those all stay: hard links are separate files
+    to the tree, as before) or an earlier linked one."""
+    plain = {item[2] for item in found if item[2] is not None and not item[3]}
+    first_linked: Dict[object, int] = {}
+    keep, dropped = [], []
     for k, (_, _, key, linked) in enumerate(found):
-        if key is None:
-            continue
-        first = chosen.get(key)
-        if first is None or (found[first][3] and not linked):
-            chosen[key] = k
-    keep = [k for k, item in enumerate(found) if item[2] is None or chosen[item[2]] == k]
-    if len(keep) < len(found):
-        dropped = next(k for k, item in enumerate(found) if item[2] is not None and chosen[item[2]] != k)
-        logger.warning("%d image file(s) are reached twice (through symlinks or hard links): each counted once, "
-                       "e.g. %s is %s", len(found) - len(keep), found[dropped][0], found[chosen[found[dropped][2]]][0])
+        if key is None or not linked:
+            keep.append(k)
+        elif key not in plain and first_linked.setdefault(key, k) == k:
+            keep.append(k)
+        else:
+            dropped.append(k)
+    if dropped:
+        key = found[dropped[0]][2]
+        same = next(item[0] for item in found if item[2] == key and item is not found[dropped[0]])
+        logger.warning("%d image file(s) are reached again through symlinks: each counted once, e.g. %s is %s",
+                       len(dropped), found[dropped[0]][0], same)
     return [found[k][0] for k in keep], [found[k][1] for k in keep]
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import warnings
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -82,6 +83,7 @@ def read_rgb(path, hint: str = "replace or delete the file, or pass --bad_images
     images (``I``, ``F``: no fixed range) are refused."""
     from PIL import Image
 
+    _quiet_pillow_bomb_warning(Image)
     try:
         with Image.open(path) as image:
             check_pixels(path, image.width, image.height, max_pixels)
@@ -91,6 +93,17 @@ def read_rgb(path, hint: str = "replace or delete the file, or pass --bad_images
             raise BadImageError(f"{exc}: {hint}", path=exc.path, reason=exc.reason) from None
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadImageError(f"image {path} cannot be read ({reason}): {hint}", path=path, reason=reason) from None
+
+
+def _quiet_pillow_bomb_warning(Image) -> None:
+    """Pillow's DecompressionBombWarning (a second, nameless line for an image over its ~89.5 Mpx) is
+    ignored: :func:`check_pixels` names the file against max_image_pixels instead. Set once per process."""
+    if not _BOMB_WARNING_QUIET:
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+        _BOMB_WARNING_QUIET.append(True)
+
+
+_BOMB_WARNING_QUIET: list = []
 
 
 def check_pixels(path, width: int, height: int, max_pixels: int = MAX_IMAGE_PIXELS) -> None:

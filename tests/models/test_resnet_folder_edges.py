@@ -51,18 +51,49 @@ def test_symlink_loops_are_named_once_and_skipped_and_every_real_image_counts_on
     os.symlink("sub", root / "a" / "again")               # a second path to one folder
     os.symlink(tmp_path / "outside", root / "b" / "ext")  # outside the tree: followed
     os.symlink(root / "b", tmp_path / "outside" / "deep" / "back")  # a cycle through two links
+    os.link(root / "b" / "0.jpg", root / "b" / "hard.jpg")  # a hard link: a file of its own, as before
     with caplog.at_level(logging.WARNING, logger="models.resnet"):
         ds = ImageFolderDataset(str(root), TurboTransform.for_evaluation(32, 36))
     paths = [p.decode() for p in ds.paths]
-    assert paths == ["a/0.jpg", "a/1.jpg", "a/sub/2.jpg", "b/0.jpg", "b/1.jpg", "b/2.jpg", "b/ext/deep/o.jpg"]
-    assert ds.labels.tolist() == [0, 0, 0, 1, 1, 1, 1]
+    assert paths == ["a/0.jpg", "a/1.jpg", "a/sub/2.jpg", "b/0.jpg", "b/1.jpg", "b/2.jpg", "b/hard.jpg",
+                     "b/ext/deep/o.jpg"]  # os.walk's order: a folder's files, then its sub-folders
+    assert ds.labels.tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
     said = warnings_of(caplog)
     assert "symlink a/loop -> . is a loop (it leads back to a folder it is in): skipped" in said
     assert "symlink b/up -> .. is a loop (it leads back to a folder it is in): skipped" in said
     assert any(m.startswith("symlink a/zb -> ../b leads into class folder b") for m in said), said
     assert any(m.startswith("symlink b/ext/deep/back -> ") and "is a loop" in m for m in said), said
-    assert any(m.startswith("2 image file(s) are reached twice") for m in said), said
+    assert any(m.startswith("2 image file(s) are reached again through symlinks: each counted once, e.g. ")
+               for m in said), said
     assert len(said) == 5 and all("\n" not in m for m in said)
+
+
+def test_a_tree_without_symlinks_lists_as_os_walk_did_so_older_checkpoints_keep_their_indices(tmp_path):
+    import random
+
+    from models.resnet.folder_listing import IMG_EXTENSIONS, scan_images
+
+    rng = random.Random(1)
+    names = ["A", "b", "B2", "c_1", "Z", "a.b", "0", "10", "9", "x y", "\u00e9"]
+
+    def fill(folder, depth):
+        os.makedirs(folder, exist_ok=True)
+        for name in rng.sample(names, 5):
+            open(os.path.join(folder, name + rng.choice([".jpg", ".PNG", ".txt", ".jpeg"])), "wb").close()
+        for name in rng.sample(names, 3) if depth else ():
+            fill(os.path.join(folder, name), depth - 1)
+
+    classes = ["Dog", "cat", "emu"]
+    for c in classes:
+        fill(str(tmp_path / c), 3)
+    walked = []  # the listing before symlinks were followed once: os.walk, sorted, top-down
+    for label, c in enumerate(classes):
+        for dirpath, dirnames, filenames in os.walk(tmp_path / c, followlinks=True):
+            dirnames.sort()
+            walked += [(os.path.relpath(os.path.join(dirpath, f), tmp_path), label)
+                       for f in sorted(filenames) if f.lower().endswith(IMG_EXTENSIONS)]
+    paths, labels = scan_images(str(tmp_path), classes)
+    assert len(paths) > 300 and list(zip(paths, labels)) == walked
 
 
 # ---- pixel modes ---------------------------------------------------------------------------------------------
@@ -139,6 +170,6 @@ def test_ptrain_fails_naming_the_oversized_image_and_refuses_a_negative_limit(tm
     assert failed.returncode == BadImageError.exit_code, failed.stderr[-3000:]
     (line,) = [x for x in failed.stderr.splitlines() if x.startswith("ptrain: error:")]
     assert "b/0.jpg" in line and "replace or delete the file, or pass --bad_images skip" in line, line
-    assert "12000x12000 = 144.0 Mpx" in failed.stderr
+    assert "12000x12000 = 144.0 Mpx" in failed.stderr and "DecompressionBombWarning" not in failed.stderr
     refused = ptrain("--max_image_pixels", "-1")
     assert refused.returncode == 2 and "max_image_pixels=-1 is not allowed" in refused.stderr, refused.stderr[-2000:]

@@ -232,5 +232,7 @@ def check_meta(meta: dict) -> None:
                                      and isinstance(identity.get("may_change", {}), dict)
                                      and isinstance(identity.get("split", []), list)):
         raise ValueError("trainer.json has an identity of the wrong type")
+    if not isinstance(meta.get("data_fingerprint"), (dict, type(None))):
+        raise ValueError("trainer.json has a data_fingerprint of the wrong type")
 
 

@@ -103,8 +103,8 @@ def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: 
     old = meta.get("data_fingerprint")
     if not old:
         return  # a checkpoint of a dataset without the hook (its length was compared), or of an older version
-    new = data_fingerprint(dataset) or {}
-    what = data_changes(old, new)
+    new = data_fingerprint(dataset)
+    what = None if new is None else data_changes(old, new)  # a dataset without the hook: its length was compared
     if what is None:
         return
     if allow_change:
