@@ -278,6 +278,10 @@ def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> 
     for name in sorted(set(old_fields) | set(new_fields)):
         if name in allowed:
             continue
+        if name not in old_fields:  # an option newer than the checkpoint (e.g. max_image_pixels): it had none
+            logger.debug("resume: %s (%s) is not recorded in checkpoint %s (written before it existed)", name,
+                         source, path)
+            continue
         old, new = old_fields.get(name), new_fields.get(name)
         if _same(old, new):
             continue

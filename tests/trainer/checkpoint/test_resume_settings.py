@@ -156,3 +156,14 @@ def test_an_explicit_checkpoint_is_named_once(ckpt, caplog):
         make(out).fit(resume_from_checkpoint=path)
     lines = [r.getMessage() for r in caplog.records if "resum" in r.getMessage()]
     assert lines == [f"resuming from {path} (given explicitly; its files verify)"], lines
+
+
+def test_a_task_option_newer_than_the_checkpoint_does_not_block_its_resume():
+    from trainer.checkpoint.resume import check_identity
+    from trainer.errors import ConfigError
+
+    saved = {"identity": {"source": "task resnet50", "fields": {"image_size": 224}}}
+    now = {"source": "task resnet50", "fields": {"image_size": 224, "max_image_pixels": 89478485}}
+    check_identity(now, saved, "ckpt")  # the checkpoint was written before max_image_pixels existed
+    with pytest.raises(ConfigError, match="image_size"):  # a recorded option that changed is still refused
+        check_identity({**now, "fields": {**now["fields"], "image_size": 160}}, saved, "ckpt")
