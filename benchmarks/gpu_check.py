@@ -29,6 +29,8 @@ Checks (each PASS, FAIL or SKIP with the reason and the numbers measured):
   evaluation crops are within 8/255 mean absolute difference of DALI's CPU decode
   of the same boxes, and its images/s are shown next to the CPU pipeline's (SKIP
   without ``pip install '.[dali]'``).
+- ``sharding``, ``sharding_offload_amp``: sharding stages 1/2/3 (+ recompute, offload, AMP O2, master
+  gradients) on 2 cards against one card, unshimmed (``benchmarks/gpu_sharding.py``; 2+ cards).
 
 Without a GPU it says so and exits 0 (the CPU test suite covers the rest).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -50,6 +52,8 @@ from typing import Callable, Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+from benchmarks import gpu_sharding  # noqa: E402 - after the repository is on sys.path
 
 
 @dataclass
@@ -318,6 +322,8 @@ CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "export": lambda n, tmp: check_export(tmp),
     "cuda_rng_resume": lambda n, tmp: check_rng_resume(tmp),
     "dali": lambda n, tmp: check_dali(tmp),
+    "sharding": lambda n, tmp: Row("sharding", *gpu_sharding.check_sharding(n, tmp)),
+    "sharding_offload_amp": lambda n, tmp: Row("sharding_offload_amp", *gpu_sharding.check_offload_amp(n, tmp)),
 }
 
 

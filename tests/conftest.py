@@ -66,6 +66,8 @@ if os.environ.get("PTRAIN_TEST_CPU"):
 # inside a file is kept.
 LONGEST_FIRST = (
     "tests/distributed/test_elastic.py",                # 270 s
+    "tests/parallel/test_parity_stage2_stage3.py",      # 270
+    "tests/parallel/test_parity_dp_stage1.py",          # 250
     "tests/models/test_resnet_cli.py",                  # 145
     "tests/distributed/test_preemption_launcher.py",    # 135
     "tests/models/test_ernie_task.py",                  # 120

@@ -66,6 +66,7 @@ def main(out_dir, opts):
                              learning_rate=opts.get("lr", 1e-4), warmup_steps=2, lr_scheduler_type="linear", logging_steps=1,
                              max_grad_norm=opts.get("clip"), report_to=[], save_strategy="no",
                              evaluation_strategy="no", sharding=opts.get("sharding", ""),
+                             sharding_parallel_degree=opts.get("sharding_parallel_degree", -1),
                              recompute=opts.get("recompute", False), device="cpu")
     trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss())
     state = trainer.fit()
