@@ -77,3 +77,13 @@ def test_the_layout_module_and_trainer_args_import_no_paddle():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=REPO))
     assert out.stdout.strip() == "False"
+
+
+def test_sharding_parallel_config_is_checked_with_the_layout(monkeypatch):
+    layout = Layout.plan(2, sharding="stage1", sharding_parallel_config="split_param enable_stage1_tensor_fusion")
+    assert layout.sharding_options == ("enable_stage1_tensor_fusion", "split_param")
+    with pytest.raises(ConfigError, match="sharding_parallel_config='fuse_all': fuse_all is not known"):
+        Layout.plan(2, sharding="stage1", sharding_parallel_config="fuse_all")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    with pytest.raises(ConfigError, match="enable_stage2_overlap is for sharding stage2, not stage1"):
+        TrainingArguments(sharding="stage1", sharding_parallel_config="enable_stage2_overlap", output_dir="x")

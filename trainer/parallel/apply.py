@@ -33,9 +33,6 @@ from .recompute import apply_recompute
 
 logger = logging.getLogger("trainer")
 
-#: PaddleNLP's ``sharding_parallel_config`` words that act here
-SHARDING_CONFIGS = ("enable_stage1_tensor_fusion", "enable_stage1_overlap", "enable_stage2_overlap", "split_param",
-                    "disable_stage1_reduce_avg")
 _LEVELS = {2: "os_g", 3: "p_g_os"}
 
 
@@ -47,25 +44,6 @@ class Parallelized:
     optimizer: Any
     scaler: Any = None
     inference_model: Optional[paddle.nn.Layer] = None  # what evaluation runs when not the bare model (stage 3's wrapper)
-
-
-def sharding_configs(text: str, stage: int) -> set:
-    """PaddleNLP's space-separated ``sharding_parallel_config`` -> its words; a ConfigError naming the field otherwise.
-
-    >>> sorted(sharding_configs("split_param enable_stage1_tensor_fusion", 1))
-    ['enable_stage1_tensor_fusion', 'split_param']
-    """
-    words = {w for w in str(text or "").replace(",", " ").split() if w}
-    unknown = sorted(words - set(SHARDING_CONFIGS))
-    if unknown:
-        raise ConfigError(f"sharding_parallel_config={text!r}: {', '.join(unknown)} is not known: use any of "
-                          f"{', '.join(SHARDING_CONFIGS)}")
-    for word in sorted(words):
-        wanted = 2 if word == "enable_stage2_overlap" else 1
-        if stage and stage != wanted:
-            raise ConfigError(f"sharding_parallel_config={text!r}: {word} is for sharding stage{wanted}, "
-                              f"not stage{stage}: drop it or set {option('sharding', f'stage{wanted}')}")
-    return words
 
 
 def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
@@ -107,7 +85,7 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         raise ConfigError("sharding needs the optimizer before the model is wrapped: pass Trainer(optimizer=...) "
                           "or let the trainer build it")
     _require_clip(layout, optimizer, args.max_grad_norm)
-    configs = sharding_configs(args.sharding_parallel_config, layout.sharding_stage)
+    configs = set(layout.sharding_options)
     _init_hybrid(layout, configs, args.gradient_accumulation_steps)
     logger.info("parallel layout: %s", layout.summary())
     if layout.sharding_stage == 1:
