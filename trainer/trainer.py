@@ -52,7 +52,7 @@ from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
 from .parallel import Layout
-from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
+from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -379,6 +379,7 @@ class Trainer(PaddleNLPAPI):
         self.model_wrapped, self.optimizer = applied.model, applied.optimizer
         if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
             self.grad_scaler = applied.scaler
+        self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
 
     @staticmethod
     def _quietly(action) -> None:

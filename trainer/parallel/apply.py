@@ -105,6 +105,15 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
     return Parallelized(model, optimizer, scaler, inference_model=model if layout.shards_parameters else None)
 
 
+def agreeing_scaler(layout: Layout, scaler):
+    """``scaler`` made to agree across ranks on skipping a step when the layout reduces gradients only inside the
+    optimizer step (sharding): a loss scaler with ``agree_across_ranks`` (callbacks.loss_scaler) sums its
+    non-finite flag over the ranks. Paddle's own GradScaler is wrapped by :func:`parallelize` instead."""
+    if layout.sharded and hasattr(scaler, "agree_across_ranks"):
+        scaler.agree_across_ranks = True
+    return scaler
+
+
 def _init_hybrid(layout: Layout, configs: set, accumulation: int) -> None:
     """``fleet.init`` over the hybrid topology dp x sharding (x mp x pp); fills the layout's groups."""
     strategy = fleet.DistributedStrategy()
