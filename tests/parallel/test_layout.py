@@ -46,6 +46,9 @@ def test_one_process_or_a_sharding_group_of_one_is_plain_data_parallel():
     ({"sharding": "stage1", "sharding_parallel_degree": 3}, "sharding_parallel_degree=3 does not divide the 4 ranks"),
     ({"sharding_parallel_degree": 2}, "sharding_parallel_degree=2 but sharding is off"),
     ({"sharding_parallel_degree": 0}, "sharding_parallel_degree=0 is not allowed"),
+    ({"master_grad": True}, "amp_master_grad with plain data parallel over 4 ranks is not supported"),
+    ({"sharding": "stage2", "sharding_parallel_degree": 2, "master_grad": True},
+     "amp_master_grad with sharding stage2 and data parallel"),
     ({"tensor_parallel_degree": 2}, "tensor_parallel_degree=2 is not supported yet"),
     ({"pipeline_parallel_degree": 4}, "pipeline_parallel_degree=4 is not supported yet"),
 ])

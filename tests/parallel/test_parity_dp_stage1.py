@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 from helpers import launch
-from parallel.parity import VARIANTS, WORKER, check_two_ranks, load
+from parallel.parity import VARIANTS, WORKER, check_two_ranks, load, options
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -31,3 +31,16 @@ def test_ranks_agree_on_skipping_a_step_whose_gradients_only_one_rank_sees_non_f
     for name in p0:
         assert np.isfinite(p0[name]).all(), name
         np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)
+
+
+def test_master_gradients_under_stage1_train_like_one_process(reference, tmp_path):
+    """amp_master_grad (paddle's mix_precision_utils: float32 main_grad) under fleet's stage 1: on CPU the weights
+    stay float32 (AMP is a no-op there), so the run must match the plain one process run."""
+    out = str(tmp_path / "two")
+    os.makedirs(out)
+    opts = {**options("stage1", "plain"), "master_grad": True}
+    launch(WORKER, [out, json.dumps(opts)], nproc=2, log_dir=str(tmp_path / "logs"), timeout=400)
+    (r0, _), (r1, _) = load(out, 0), load(out, 1)
+    ref, _ = reference("plain")
+    assert r0["optimizer"] == "HybridParallelOptimizer" and r0["losses"] == r1["losses"]
+    assert np.abs(np.array(r0["losses"]) - np.array(ref["losses"])).max() <= 1e-6

@@ -139,6 +139,10 @@ class Layout:
         if stage and sharding_degree == 1:
             stage = 0  # one rank of each shard holds everything: sharding is a no-op, plain data parallel
         dp = rest // sharding_degree
+        if master_grad and dp > 1 and not stage:
+            raise ConfigError(f"amp_master_grad with plain data parallel over {dp} ranks is not supported: its "
+                              "gradients would not be averaged across ranks; add sharding, e.g. "
+                              f"{option('sharding', 'stage1')}")
         if master_grad and stage >= 2 and dp > 1:
             raise ConfigError(f"amp_master_grad with sharding stage{stage} and data parallel ({dp} replicas) is not "
                               f"supported by paddle: set {option('sharding_parallel_degree', -1)} (shard over every rank) "

@@ -78,7 +78,8 @@ def main(out_dir, opts):
                              max_grad_norm=opts.get("clip"), report_to=[], save_strategy="no",
                              evaluation_strategy="no", sharding=opts.get("sharding", ""),
                              sharding_parallel_degree=opts.get("sharding_parallel_degree", -1),
-                             recompute=opts.get("recompute", False), device="cpu")
+                             recompute=opts.get("recompute", False), device="cpu",
+                             **({"amp": "bf16", "amp_level": "O2", "amp_master_grad": True} if opts.get("master_grad") else {}))
     callbacks = []
     if opts.get("nan_grad_at_step"):  # a non-finite gradient on rank 1 only, in one step: NaNGuard() must skip it on all
         callbacks = [NaNGuard(), _NanGradient(opts["nan_grad_at_step"])]
