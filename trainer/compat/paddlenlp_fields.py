@@ -10,7 +10,9 @@ environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
 ``sharding_parallel_degree``), and ``tensor_parallel_degree`` /
 ``pipeline_parallel_degree`` (1 or -1: off; more is refused by
 ``trainer.parallel.Layout.plan`` until tensor and pipeline parallel exist). A
-``*_degree`` of 1 or -1 never warns. Every other one has none: setting it to a value
+``*_degree`` of 1 or -1 never warns. ``eval_accumulation_steps`` (read by
+``trainer.evaluation``) and ``skip_memory_metrics`` (read by the loop's logging)
+act too. Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
@@ -32,7 +34,8 @@ from .fields_table import FIELDS
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
-WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree")
+WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
+               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key")
 
 
 def _no_effect(name: str) -> dict:
@@ -100,7 +103,7 @@ def no_effect_fields() -> List[str]:
 
 
 def apply_paddlenlp_fields(args) -> None:
-    """From ``TrainingArguments.__post_init__``: the two fields with an effect, and one warning per field set
+    """From ``TrainingArguments.__post_init__``: the fields with an effect, and one warning per field set
     to a value other than PaddleNLP's default that has none."""
     if args.no_cuda:
         args.device = "cpu"
