@@ -34,6 +34,8 @@ Checks (each PASS, FAIL or SKIP with the reason and the numbers measured):
   micro-batch halves until the step fits, and the parameters end within 1e-5 of an uncapped run of
   the same global batch; ``skip_memory_metrics=False`` logs paddle's peak allocated/reserved MiB
   (``tests/distributed/workers/oom_toy.py``, the worker the CPU test runs under RLIMIT_AS).
+- ``sharding``, ``sharding_offload_amp``: sharding stages 1/2/3 (+ recompute, offload, AMP O2, master
+  gradients) on 2 cards against one card, unshimmed (``benchmarks/gpu_sharding.py``; 2+ cards).
 
 Without a GPU it says so and exits 0 (the CPU test suite covers the rest).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -55,6 +57,8 @@ from typing import Callable, Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+from benchmarks import gpu_sharding  # noqa: E402 - after the repository is on sys.path
 
 
 @dataclass
@@ -352,6 +356,8 @@ CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "cuda_rng_resume": lambda n, tmp: check_rng_resume(tmp),
     "dali": lambda n, tmp: check_dali(tmp),
     "oom_retry": lambda n, tmp: check_oom_retry(tmp),
+    "sharding": lambda n, tmp: Row("sharding", *gpu_sharding.check_sharding(n, tmp)),
+    "sharding_offload_amp": lambda n, tmp: Row("sharding_offload_amp", *gpu_sharding.check_offload_amp(n, tmp)),
 }
 
 

@@ -71,6 +71,8 @@ if os.environ.get("PTRAIN_TEST_CPU"):
 # inside a file is kept.
 LONGEST_FIRST = (
     "tests/distributed/test_elastic.py",                # 270 s
+    "tests/parallel/test_parity_stage2_stage3.py",      # 270
+    "tests/parallel/test_parity_dp_stage1.py",          # 250
     "tests/callbacks/test_nan_guard_default.py",        # 230 (the 1- and 2-process nan-loss launches)
     "tests/distributed/test_slurm.py",                  # 165 (skipped without root and slurm-wlm)
     "tests/trainer/checkpoint/test_fencing.py",         # 125

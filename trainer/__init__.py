@@ -10,7 +10,7 @@ at this level (``trainer``, ``evaluation``, ``args``, ``state``, ``events``,
 ``metric_keys``, ``task``, ``process``, ``errors``); each other concern is a room
 of its own, which says in its docstring what it owns, what it may import and who
 uses it: ``data/`` (samplers, loaders, streams), ``checkpoint/`` (the run's
-files and their owner), ``deploy/`` (export, predictors), ``compat/``
+files and their owner), ``parallel/`` (the model's layout over ranks), ``deploy/`` (export, predictors), ``compat/``
 (PaddleNLP and hapi at the door), ``launch/`` (paddle's launcher, restarts,
 supervision) and ``cli/`` (the ``ptrain`` commands and the console). Imports
 point down: ``cli`` > ``launch`` > ``checkpoint``, ``deploy``, ``data`` > the

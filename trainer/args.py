@@ -114,7 +114,7 @@ class TrainingArguments(PaddleNLPFields):
     sharding: str = field(default="", metadata={"help": "shard state over ranks: stage1 (optimizer states), stage2 (+ gradients), stage3 (+ parameters); add offload to keep them in host memory (e.g. 'stage2 offload'); empty = off"})
     sharding_parallel_degree: int = field(default=-1, metadata={"help": "ranks per sharding group; -1 = all of them; the rest replicate the shards (data parallel)"})
     sharding_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's sharding options, space-separated: enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg (stage1), enable_stage2_overlap (stage2)"})
-    amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them"})
+    amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them; several processes need sharding"})
     # data columns
     label_names: Optional[List[str]] = field(default=None, metadata={"help": "batch keys that hold the labels (default: labels)"})
     remove_unused_columns: bool = field(default=True, metadata={"help": "drop sample keys the model's forward does not take (labels kept)"})

@@ -53,7 +53,7 @@ from .heap import frozen_heap
 from .loss_window import LossWindow
 from .memory_stats import peak_memory_record
 from .parallel import Layout
-from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
+from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
 from .state import TrainerState
 
@@ -121,7 +121,7 @@ class Trainer(PaddleNLPAPI):
         self.state = TrainerState(world_size=self._world_size)
         # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
         self.layout = Layout.from_args(self.args, self._world_size, self._rank)
-        self._parallel = None  # (model, trainer.parallel.Parallelized) once fit() has laid the model out
+        self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -150,6 +150,13 @@ class Trainer(PaddleNLPAPI):
     @property
     def is_main_process(self) -> bool:
         return self._rank == 0
+
+    @property
+    def inference_model(self) -> paddle.nn.Layer:
+        """The model evaluation and prediction run: ``model``, or under sharding stage 3 the wrapper that gathers
+        each rank's parameter slices in the forward (``trainer.parallel``)."""
+        applied = self._parallel[3] if self._parallel is not None and self._parallel[0] is self.model else None
+        return applied.inference_model if applied is not None and applied.inference_model is not None else self.model
 
     def add_callback(self, callback: Callback) -> None:
         for cb in self._adapt(callback):  # PaddleNLP and hapi callbacks join their adapter
@@ -372,12 +379,16 @@ class Trainer(PaddleNLPAPI):
 
     def _parallelize(self) -> None:
         """Apply ``self.layout`` (``trainer.parallel.parallelize``: recompute, then sharding or data parallel) once
-        per model: a second fit() of the same model runs what the first one built."""
-        if self._parallel is None or self._parallel[0] is not self.model:
-            applied = parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler)
-            self._parallel = (self.model, applied)
-        applied = self._parallel[1]
-        self.model_wrapped, self.optimizer, self.grad_scaler = applied.model, applied.optimizer, applied.scaler
+        per model and optimizer: a second fit() with the same ones runs what the first one built."""
+        built = self._parallel
+        if built is None or built[0] is not self.model or not (self.optimizer is built[1] or self.optimizer is built[3].optimizer):
+            built = self._parallel = (self.model, self.optimizer, self.grad_scaler,
+                                      parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler))
+        applied = built[3]
+        self.model_wrapped, self.optimizer = applied.model, applied.optimizer
+        if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
+            self.grad_scaler = applied.scaler
+        self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
 
     @staticmethod
     def _quietly(action) -> None:

@@ -77,8 +77,9 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
     assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
     assert (a.recompute, a.scale_loss) == (True, 1024.0)  # recompute acts (trainer.parallel); scale_loss has no effect
+    assert trainer.layout.recompute is True
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
-    assert len(warnings) == 1 and "recompute=True" not in warnings[0] and "scale_loss=1024" in warnings[0]
+    assert len(warnings) == 1 and "recompute" not in warnings[0] and "scale_loss=1024" in warnings[0]
     assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
     assert any("report_to autonlp" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
@@ -114,13 +115,16 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
             ["--output_dir", "o", "--lazy_data_processing", "false", "--logging_dir", "logs", "--recompute", "--no_cuda"])
-        TrainingArguments(lazy_data_processing=False, sharding_degree=2)  # lazy_data_processing: warned already
+        TrainingArguments(lazy_data_processing=False, use_expert_parallel=True)  # lazy_data_processing: warned already
+        # a degree of 1 is "off", never a warning; sharding_degree is PaddleNLP's older sharding_parallel_degree
+        TrainingArguments(tensor_parallel_degree=1, pipeline_parallel_degree=1, sep_parallel_degree=1)
+        assert TrainingArguments(sharding="stage1", sharding_degree=1).sharding_parallel_degree == 1
     assert (parsed.lazy_data_processing, parsed.logging_dir, parsed.recompute, parsed.device) == (False, "logs", True, "cpu")
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
     assert len(warnings) == 2, warnings
-    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "recompute"))
-    assert "no_cuda" not in warnings[0] and "logging_dir" not in warnings[0]  # they have an effect: device cpu, trackers' dir
-    assert "sharding_degree=2" in warnings[1] and "lazy_data_processing" not in warnings[1]
+    assert "lazy_data_processing=" in warnings[0]
+    assert all(n not in warnings[0] for n in ("no_cuda", "logging_dir", "recompute"))  # they have an effect
+    assert "use_expert_parallel=True" in warnings[1] and "lazy_data_processing" not in warnings[1]
 
 
 def test_learning_rate_zero_is_accepted_and_trains_nothing_under_both_trainers(tmp_path):

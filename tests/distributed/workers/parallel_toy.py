@@ -17,6 +17,7 @@ sys.path.append(TESTS)
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 
+from callbacks import Callback, NaNGuard  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
@@ -38,9 +39,19 @@ class Blocks(paddle.nn.Layer):
         return self.head(h)
 
 
+class _NanGradient(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_backward_end(self, trainer):
+        if trainer.rank == 1 and trainer.state.global_step + 1 == self.step:
+            grad = trainer.model.head.weight.grad
+            paddle.assign(paddle.full_like(grad, float("nan")), output=grad)
+
+
 class Data(paddle.io.Dataset):
     def __init__(self, n=96, features=16, classes=4):
-        rng = np.random.RandomState(7)
+        rng = np.random.RandomState(7 + n)
         self.x = rng.randn(n, features).astype("float32")
         self.y = (np.abs(self.x[:, :classes]).argmax(1)).astype("int64")
 
@@ -66,9 +77,15 @@ def main(out_dir, opts):
                              learning_rate=opts.get("lr", 1e-4), warmup_steps=2, lr_scheduler_type="linear", logging_steps=1,
                              max_grad_norm=opts.get("clip"), report_to=[], save_strategy="no",
                              evaluation_strategy="no", sharding=opts.get("sharding", ""),
-                             recompute=opts.get("recompute", False), device="cpu")
-    trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss())
+                             sharding_parallel_degree=opts.get("sharding_parallel_degree", -1),
+                             recompute=opts.get("recompute", False), device="cpu",
+                             **({"amp": "bf16", "amp_level": "O2", "amp_master_grad": True} if opts.get("master_grad") else {}))
+    callbacks = []
+    if opts.get("nan_grad_at_step"):  # a non-finite gradient on rank 1 only, in one step: NaNGuard() must skip it on all
+        callbacks = [NaNGuard(), _NanGradient(opts["nan_grad_at_step"])]
+    trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=callbacks)
     state = trainer.fit()
+    metrics = trainer.evaluate(Data(n=40))  # stage 3: through the wrapper, which gathers the slices
     wrapped = trainer.model_wrapped
     if hasattr(wrapped, "get_all_parameters"):  # stage 3: gather the parameter slices back
         wrapped.get_all_parameters()
@@ -76,7 +93,8 @@ def main(out_dir, opts):
     np.savez(os.path.join(out_dir, f"params-rank{rank}.npz"), **{k: v.numpy() for k, v in model.state_dict().items()})
     with open(os.path.join(out_dir, f"result-rank{rank}.json"), "w") as f:
         json.dump({"layout": trainer.layout.describe(), "global_step": state.global_step,
-                   "losses": [r["loss"] for r in state.log_history if "loss" in r],
+                   "losses": [r["loss"] for r in state.log_history if "loss" in r], "eval_loss": metrics["eval_loss"],
+                   "skipped_steps": state.skipped_steps,
                    "optimizer": type(trainer.optimizer).__name__, "model": type(wrapped).__name__}, f)
 
 
