@@ -234,8 +234,9 @@ def find_largest(a, mode: str, log) -> dict:
 
 def report(table: list, largest: list, a, info: dict) -> str:
     parts = [f"Machine: {common.machine_line(info)}; {common.load_line()} at the end of the run.",
-             f"{a.nproc} processes (gloo on CPU); model: hidden {a.hidden}, {a.layers} layers, {a.heads} heads, "
-             f"sequence {a.seq}, vocabulary {a.vocab}, per-device batch {a.batch}, AdamW, {a.steps} steps.", ""]
+             f"{a.nproc} processes (gloo on CPU); model: hidden {a.hidden}, {a.heads} heads, sequence {a.seq}, "
+             f"vocabulary {a.vocab}, per-device batch {a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps.",
+             ""]
     if any(r["ranks"][0]["shim"] for r in table + [x for x in largest if x.get("ranks")]) or any(
             parse_mode(m)[0] in ("stage2", "stage3") for m in common.split_list(a.modes)):
         parts += ["**stage2 / stage3 on this CPU build ran through the TEST-ONLY shim "
