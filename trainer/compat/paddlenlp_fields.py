@@ -35,7 +35,7 @@ logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
 WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
-               "eval_accumulation_steps", "skip_memory_metrics")
+               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key")
 
 
 def _no_effect(name: str) -> dict:

@@ -75,12 +75,14 @@ def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
     return None
 
 
-def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_norm: float) -> Optional[paddle.Tensor]:
-    """The loop's clip: by the global norm here (returned as a device tensor), or None when paddle's optimizer
-    clips inside its step (sharding: the gradients are reduced, and split, only there)."""
+def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_norm: float,
+                     clip=clip_grad_norm) -> Optional[paddle.Tensor]:
+    """The loop's clip: by the global norm here with ``clip`` (the run's recipe: ours or PaddleNLP's arithmetic;
+    returned as a device tensor), or None when paddle's optimizer clips inside its step (sharding: the gradients
+    are reduced, and split, only there)."""
     if layout.clips_in_optimizer:
         return None
-    return clip_grad_norm(parameters, max_norm)
+    return clip(parameters, max_norm)
 
 
 def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=None) -> Parallelized:

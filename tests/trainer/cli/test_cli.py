@@ -27,6 +27,9 @@ def test_run_digits_writes_results_and_checkpoints(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "completed" and results["test_accuracy"] > 0.8
     assert "eval_accuracy=" in out.stdout and "run directory:" in out.stdout
+    # one set of names for a run's speed, as fit()'s state.train_metrics and PaddleNLP's train() have them
+    assert results["train_runtime"] > 0 and results["train_samples_per_second"] > 0 and results["train_steps_per_second"] > 0
+    assert "train_seconds" not in results
     ckpts = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
     assert "latest" in ckpts
     inspect = ptrain("inspect", str(tmp_path / "run" / "checkpoints" / "latest"), cwd=tmp_path)
