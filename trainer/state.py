@@ -51,6 +51,8 @@ class TrainerState:
     tokens_seen: int = 0          # input_ids elements consumed (padding included), summed over ranks
     world_size: int = 1
     global_batch_size: int = 0    # per-device batch x accumulation x world size
+    train_micro_batch_size: int = 0  # samples per forward when auto_find_batch_size cut the data batches after an
+                                     # out-of-memory (0: the whole per-device batch); kept in checkpoints
     skipped_steps: int = 0        # optimizer updates skipped (AMP overflow, NaN guard, callbacks)
     run_id: str = ""              # the run the checkpoints belong to (kept on resume; see trainer.checkpoint.output_dir)
     # timing (host clocks; no device sync)

@@ -27,6 +27,7 @@ from callbacks.defaults import callback_set
 
 from . import distributed as dist
 from .args import TrainingArguments
+from .auto_batch import AutoBatch
 from .checkpoint import writer as ckpt_writer
 from .checkpoint.load import load_checkpoint
 from .checkpoint.manifest import checkpoints_dir
@@ -46,10 +47,13 @@ from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
 from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
+from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .memory_stats import peak_memory_record
+from .parallel import Layout
+from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
 from .state import TrainerState
 
@@ -104,7 +108,8 @@ class Trainer(PaddleNLPAPI):
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
+        self.eval_dataset = eval_dataset  # a dataset, or {name: dataset}: each evaluated with prefix eval_<name>
+        check_eval_sets(eval_dataset, self.args)
         self.loss_fn = loss_fn
         self.collate_fn = collate_fn
         self.optimizer = optimizer
@@ -114,6 +119,9 @@ class Trainer(PaddleNLPAPI):
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
+        # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
+        self.layout = Layout.from_args(self.args, self._world_size, self._rank)
+        self._parallel = None  # (model, trainer.parallel.Parallelized) once fit() has laid the model out
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -126,6 +134,8 @@ class Trainer(PaddleNLPAPI):
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
+        self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
+        self._auto_batch: Optional[AutoBatch] = None
         self._compat_init_end(door.paddlenlp_args)
 
     # ---- public facts --------------------------------------------------------
@@ -194,16 +204,17 @@ class Trainer(PaddleNLPAPI):
         lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
         params = [p for p in self.model.parameters() if not p.stop_gradient]
         decay_names = self.recipe.decay_names(self.model, params)
+        clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
         if a.optim == "adamw":
             return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
                                           beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
-                                          apply_decay_param_fun=lambda name: name in decay_names)
+                                          apply_decay_param_fun=lambda name: name in decay_names, grad_clip=clip)
         groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
                   {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
         groups = [g for g in groups if g["params"]]
         if a.optim == "momentum":
-            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups)
-        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups)
+            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups, grad_clip=clip)
+        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
 
     def create_lr_scheduler(self, total_steps: int):
         """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
@@ -276,7 +287,11 @@ class Trainer(PaddleNLPAPI):
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
         _check_loss(loss)
-        self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
+        n = self.state.num_micro_batches
+        if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
+            self.state.loss = loss * (self.loss_share / n)
+        else:
+            self.state.loss = loss / n if n > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
         try:
             self.state.loss.backward()
@@ -324,9 +339,9 @@ class Trainer(PaddleNLPAPI):
             loader = self._setup_fit(resume)
             clock = (time.time(), state.samples_seen, state.global_step)  # this fit()'s, resumed counters included
             self.fire(Event.FIT_BEGIN)
-            # wrapped after on_fit_begin: AMP O2 casts the parameters there, and DataParallel
-            # buckets gradients by the dtype the parameters have when it is built
-            self.model_wrapped = dist.wrap_model(self.model, self.args.find_unused_parameters)
+            # laid out after on_fit_begin: AMP O2 casts the parameters there, and DataParallel and the
+            # sharding wrappers bucket gradients by the dtype the parameters have when they are built
+            self._parallelize()
             self.model_wrapped.train()
             with frozen_heap():  # the full collections skip what lives as long as the process
                 self._train_loop(loader)
@@ -355,6 +370,15 @@ class Trainer(PaddleNLPAPI):
                 lock.release()
         return state
 
+    def _parallelize(self) -> None:
+        """Apply ``self.layout`` (``trainer.parallel.parallelize``: recompute, then sharding or data parallel) once
+        per model: a second fit() of the same model runs what the first one built."""
+        if self._parallel is None or self._parallel[0] is not self.model:
+            applied = parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler)
+            self._parallel = (self.model, applied)
+        applied = self._parallel[1]
+        self.model_wrapped, self.optimizer, self.grad_scaler = applied.model, applied.optimizer, applied.scaler
+
     @staticmethod
     def _quietly(action) -> None:
         """Run during error handling: a second error is logged, the first one surfaces."""
@@ -375,6 +399,7 @@ class Trainer(PaddleNLPAPI):
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
         self._losses = LossWindow()
+        self._auto_batch = AutoBatch(self.world_size, a.per_device_train_batch_size, self.layout) if a.auto_find_batch_size else None
         if resume:
             self.load_checkpoint(resume)  # restores the partial logging window (_losses) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
@@ -442,21 +467,29 @@ class Trainer(PaddleNLPAPI):
         step_start = time.perf_counter()
         self.fire(Event.STEP_BEGIN)
         state.last_data_wait = 0.0
-        n = state.num_micro_batches
-        step_loss = None
-        for i in range(n):
-            state.micro_step = i
-            batch = self._next_batch(batches)
-            with self._sync_context(last=i == n - 1):
-                loss = self.training_step(self.model_wrapped, batch)
-            part = loss / n if n > 1 else loss
-            step_loss = part if step_loss is None else step_loss + part
+        if self._auto_batch is not None:  # cut, agreed on and retried after an out-of-memory (trainer.auto_batch)
+            step_loss = self._auto_batch.accumulate(self, batches)
+        else:
+            step_loss = self._accumulate(batches)
         state.step_loss = step_loss
         self._losses.add(step_loss)
         self._optimizer_step()
         state.step_in_epoch += 1
         state.last_step_time = time.perf_counter() - step_start
         self.fire(Event.STEP_END)
+
+    def _accumulate(self, batches):
+        """Forward and backward of the step's micro-batches; returns their mean loss (on the device)."""
+        n = self.state.num_micro_batches
+        step_loss = None
+        for i in range(n):
+            self.state.micro_step = i
+            batch = self._next_batch(batches)
+            with self._sync_context(last=i == n - 1):
+                loss = self.training_step(self.model_wrapped, batch)
+            part = loss / n if n > 1 else loss
+            step_loss = part if step_loss is None else step_loss + part
+        return step_loss
 
     def _next_batch(self, batches):
         start = time.perf_counter()
@@ -510,9 +543,11 @@ class Trainer(PaddleNLPAPI):
     def clip_gradients(self, max_norm: float) -> paddle.Tensor:
         """Scale gradients so their global L2 norm is at most ``max_norm``.
 
-        Returns the norm before clipping as a device tensor (no host sync).
+        Returns the norm before clipping as a device tensor (no host sync); None when the optimizer clips
+        inside its step (sharding, master gradients: ``trainer.layout.clips_in_optimizer``).
         """
-        return self.recipe.clip(self.model.parameters(), max_norm)
+        # float16/bfloat16 beside float32 (AMP O2); the run's recipe decides the arithmetic (ours or PaddleNLP's)
+        return clip_before_step(self.layout, self.model.parameters(), max_norm, clip=self.recipe.clip)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())
@@ -554,6 +589,8 @@ class Trainer(PaddleNLPAPI):
             record["tokens_per_second"] = (state.tokens_seen - tokens0) / elapsed
         if state.grad_norm is not None:
             record["grad_norm"] = float(state.grad_norm)
+        if not self.args.skip_memory_metrics:  # each rank's high-water marks, the largest over ranks
+            record.update(peak_memory_record())
         self._losses.reset()
         self._log_clock = (now, state.samples_seen, state.tokens_seen)
         self.log(record)
@@ -570,18 +607,24 @@ class Trainer(PaddleNLPAPI):
 
         Each rank evaluates a contiguous, unpadded shard; losses are summed and
         predictions gathered across ranks, so no sample counts twice or is lost.
+        A dict ``{name: dataset}`` evaluates each set with the prefix
+        ``<metric_key_prefix>_<name>`` (``eval_val_loss``), all in one evaluation
+        (one ``on_eval_begin`` / ``on_eval_end``, one log record).
         """
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
         self._refuse_after_preemption("evaluate()")
+        sets = eval_sets(dataset, metric_key_prefix)
         self.fire(Event.EVAL_BEGIN)
-        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
-        out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = compute_metrics_of(self, out, metric_key_prefix)
-        metrics[f"{metric_key_prefix}_samples"] = out.count
-        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
+        metrics = {}
+        for prefix, data in sets:
+            start = time.time()
+            out = run_inference(self, data, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+            metrics.update(compute_metrics_of(self, out, prefix))
+            metrics[f"{prefix}_samples"] = out.count
+            metrics.update(speed_metrics(prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})

@@ -5,6 +5,7 @@ migration table covers every PaddleNLP field, and importing the project stays
 free of paddlenlp."""
 
 import dataclasses
+import importlib.util
 import logging
 import os
 import subprocess
@@ -40,14 +41,16 @@ def test_pdargumentparser_parses_our_arguments_with_paddlenlp_flags():
 
 def test_paddlenlp_spellings():
     assert TrainingArguments(bf16=True).amp == "bf16"
-    assert TrainingArguments(report_to=["all"]).report_to == ["tqdm", "jsonl", "visualdl"]
+    installed = [t for t, module in (("tensorboard", "tensorboardX"), ("wandb", "wandb"), ("mlflow", "mlflow"))
+                 if importlib.util.find_spec(module) is not None or (t == "tensorboard" and importlib.util.find_spec("tensorboard"))]
+    assert TrainingArguments(report_to=["all"]).report_to == ["tqdm", "jsonl", "visualdl", *installed]  # as PaddleNLP's all
     assert TrainingArguments(resume_from_checkpoint=False).resume_from_checkpoint is None
     with pytest.raises(ConfigError, match="fp16 and bf16 are both set"):
         TrainingArguments(fp16=True, bf16=True)
     with pytest.raises(ConfigError, match=r"fp16=True but amp='bf16'"):
         TrainingArguments(fp16=True, amp="bf16")
-    with pytest.raises(ConfigError, match="report_to='wandb' is not allowed"):
-        TrainingArguments(report_to=["wandb"])
+    with pytest.raises(ConfigError, match="report_to='comet' is not allowed"):
+        TrainingArguments(report_to=["comet"])
 
 
 def test_print_config_logs_every_field(caplog):
@@ -64,7 +67,7 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
 
     pargs = PaddleNLPArguments(str(tmp_path), learning_rate=0.02, num_train_epochs=2, logging_steps=7,
                                evaluation_strategy="steps", eval_steps=3, fp16=False, recompute=True,
-                               scale_loss=1024, report_to=["visualdl", "wandb"], device="cpu",
+                               scale_loss=1024, report_to=["visualdl", "autonlp"], device="cpu",
                                max_grad_norm=1.0, per_device_train_batch_size=4)
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
@@ -73,11 +76,11 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert isinstance(a, TrainingArguments)
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
     assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
-    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # kept, with no effect
+    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # recompute acts (trainer.parallel); scale_loss has no effect
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
-    assert len(warnings) == 1 and "recompute=True" in warnings[0] and "scale_loss=1024" in warnings[0]
+    assert len(warnings) == 1 and "recompute=True" not in warnings[0] and "scale_loss=1024" in warnings[0]
     assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
-    assert any("report_to wandb" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
+    assert any("report_to autonlp" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
 
 def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(caplog):
@@ -99,14 +102,14 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     theirs, hints_theirs = dataclasses.fields(PaddleNLPArguments), typing.get_type_hints(PaddleNLPArguments)
     ours_fields, hints_ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}, typing.get_type_hints(TrainingArguments)
     ours = TrainingArguments(output_dir="x")
-    only_theirs = set(TrainingArguments.no_effect_fields()) | {"no_cuda", "local_rank"}
+    only_theirs = set(TrainingArguments.no_effect_fields()) | set(paddlenlp_fields.WITH_EFFECT)
     for f in theirs:
         getattr(ours, f.name)  # no AttributeError
         if f.name in only_theirs:
             assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
             assert default(ours_fields[f.name]) == default(f), f.name
             assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
-    assert len(only_theirs) >= 49
+    assert len(only_theirs) >= 44  # the PaddleNLP-only fields (the parallel ones became our own: trainer.parallel)
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
@@ -115,8 +118,8 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     assert (parsed.lazy_data_processing, parsed.logging_dir, parsed.recompute, parsed.device) == (False, "logs", True, "cpu")
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
     assert len(warnings) == 2, warnings
-    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "logging_dir", "recompute"))
-    assert "no_cuda" not in warnings[0]  # it has an effect: device cpu
+    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "recompute"))
+    assert "no_cuda" not in warnings[0] and "logging_dir" not in warnings[0]  # they have an effect: device cpu, trackers' dir
     assert "sharding_degree=2" in warnings[1] and "lazy_data_processing" not in warnings[1]
 
 

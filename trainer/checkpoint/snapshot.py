@@ -16,6 +16,7 @@ import paddle
 
 from .. import distributed as dist
 from ..tensors import to_numpy
+from .fingerprint import data_fingerprint
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 
@@ -105,6 +106,7 @@ def snapshot(trainer) -> dict:
             "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
             "loss_window": loss_window,
             "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
+            "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
         },
         "step": trainer.state.global_step,
         "run_id": trainer.state.run_id,

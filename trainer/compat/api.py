@@ -30,6 +30,8 @@ from typing import Optional
 
 from callbacks.base import Callback
 
+from ..checkpoint import fence
+
 logger = logging.getLogger("trainer")
 
 
@@ -125,6 +127,7 @@ class PaddleNLPAPI:
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
         if self.is_main_process:
+            fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
             if hasattr(self.model, "save_pretrained"):
                 self.model.save_pretrained(output_dir)
@@ -216,4 +219,5 @@ def _write_json(path: str, value) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=4, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    with fence.fenced(os.path.dirname(os.path.abspath(path))):  # only while output_dir is still this run's
+        os.replace(tmp, path)

@@ -34,10 +34,10 @@ from .flags import ETCD, is_etcd
 from .supervise import run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
+# loss-spike retries exhausted), the output_dir's lease lost to another run (7), out of memory at a micro-batch of 1 (8), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
 # restart inside the allocation that is about to end would be killed with it). Everything else (1 other error, 4 a callback
 # failed, 124 stall watchdog, a worker killed by a signal, GAVE_UP) is restarted while restarts are left.
-NO_RESTART = (0, 2, 3, 5, 130, REQUEUE_EXIT, 143)
+NO_RESTART = (0, 2, 3, 5, 7, 8, 130, REQUEUE_EXIT, 143)
 GAVE_UP = 75  # trainer.launch.elastic: paddle's launcher stopped before the job completed (e.g. "peer not ready")
 
 
