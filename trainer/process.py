@@ -222,6 +222,8 @@ def hand_off_exit_code(code: int) -> None:
     ``trainer.errors.Preempted`` (one line, no traceback); another uncaught exception keeps Python's 1.
     ``0`` withdraws the request (a new ``fit()`` begins). The exit skips the interpreter's teardown after
     flushing the logs and streams, as ``ptrain``'s own entry script does (trainer/cli/launch_entry.py)."""
+    if code and (hasattr(sys, "ps1") or sys.flags.interactive or "ipykernel" in sys.modules):
+        return  # an interactive session (a REPL, Jupyter) is not a job: state.exit_code says it
     _HANDOFF["code"] = int(code)
     if code:
         _install_hooks()

@@ -120,3 +120,27 @@ class Task:
 
     def option_names(self) -> List[str]:
         return [f.name for f in dataclasses.fields(self.options_class)]
+
+    def option_help(self) -> List[tuple]:
+        """``(name, type, default, meaning)`` of each task option; the meaning is the comment beside the
+        field in ``options_class``'s source (what ``ptrain run TASK --help`` lists)."""
+        import ast
+        import inspect
+        import textwrap
+
+        comments = {}
+        try:
+            source = textwrap.dedent(inspect.getsource(self.options_class))
+            lines = source.splitlines()
+            for node in ast.parse(source).body[0].body:
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    line = lines[node.lineno - 1]
+                    comments[node.target.id] = line.split("#", 1)[1].strip() if "#" in line else ""
+        except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
+            pass
+        out = []
+        for f in dataclasses.fields(self.options_class):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append((f.name, kind, default, comments.get(f.name, "")))
+        return out

@@ -12,6 +12,9 @@ spreads its per-call cost over the batch. Measured on the benchmark's
 ~500x375 JPEGs: 1.03 ms per image against 1.30 ms for a whole-image decode
 with ``simplejpeg`` (both fast IDCT and upsampling, one thread).
 
+Without a GPU only nvImageCodec's libjpeg-turbo extension is loaded (:func:`cpu_only_extensions`):
+probing its GPU decoders printed "Failed to load nvJPEG library" where CUDA's nvJPEG is absent.
+
 The decoder runs one thread of its own (``max_num_cpu_threads=1``: DataLoader
 workers are the parallelism) and is made once per process and per mode (the
 fast IDCT and upsampling for training, the accurate ones for evaluation),
@@ -36,11 +39,54 @@ _decoders: dict = {}
 _missing: Optional[str] = None
 
 
+#: nvImageCodec's CPU extensions (this module uses libjpeg-turbo's); the others (nvJPEG, nvJPEG2000, nvTIFF)
+#: are GPU decoders, and loading one on a machine without CUDA prints "[ERROR] ... Failed to load nvJPEG
+#: library" (once per process: 3-7 lines per ResNet run with its DataLoader workers)
+CPU_EXTENSIONS = ("libjpeg_turbo_ext", "libopencv_ext", "libtiff_ext", "libnvbmp_ext", "libnvpnm_ext")
+
+
+def cpu_only_extensions(gpu: bool) -> Optional[str]:
+    """Without a GPU, point nvImageCodec at a folder holding only :data:`CPU_EXTENSIONS` (``NVIMGCODEC_EXTENSIONS_PATH``,
+    read when a decoder is made) so it never probes the GPU decoders; with a GPU, or a path the user set, leave
+    it alone. Returns the folder used, or None."""
+    if gpu or os.environ.get("NVIMGCODEC_EXTENSIONS_PATH"):
+        return None
+    import importlib.util
+    import tempfile
+
+    try:
+        spec = importlib.util.find_spec("nvidia.nvimgcodec")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = os.path.join(list(spec.submodule_search_locations)[0], "extensions")
+    if not os.path.isdir(source):
+        return None
+    folder = os.path.join(tempfile.gettempdir(), f"ptrain-nvimgcodec-cpu-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(source):
+        if name.startswith(CPU_EXTENSIONS) and not os.path.lexists(os.path.join(folder, name)):
+            try:
+                os.symlink(os.path.join(source, name), os.path.join(folder, name))
+            except FileExistsError:  # another process made it meanwhile
+                pass
+    os.environ["NVIMGCODEC_EXTENSIONS_PATH"] = folder
+    return folder
+
+
+def _gpu() -> bool:
+    import paddle
+
+    return paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
 def _nvimgcodec():
     global _missing
     if _missing is not None:
         return None
     try:
+        cpu_only_extensions(_gpu())
         from nvidia import nvimgcodec
     except Exception as exc:  # noqa: BLE001 - ImportError, or a wheel that does not load here
         _missing = f"{type(exc).__name__}: {exc}".splitlines()[0]

@@ -58,6 +58,8 @@ def test_both_trainers_finish_with_the_same_accuracy(runs):
     assert ours["eval_accuracy"] >= 0.9 and theirs["eval_accuracy"] >= 0.9  # the task is learnt by both
     assert abs(ours["eval_accuracy"] - theirs["eval_accuracy"]) <= 0.1
     assert abs(ours["test_accuracy"] - theirs["test_accuracy"]) <= 0.15
+    # PaddleNLP's arguments bring PaddleNLP's numbers (trainer.compat.paddlenlp_recipe): the same training loss
+    assert abs(ours["train_loss"] - theirs["train_loss"]) <= 1e-6, (ours["train_loss"], theirs["train_loss"])
 
 
 def test_swapping_training_arguments_too(runs):

@@ -20,7 +20,9 @@ from .tasks import available_tasks, get_task
 def main(argv: Optional[List[str]] = None) -> int:
     install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(predict_help=argv[:1] == ["predict"] and ("-h" in argv or "--help" in argv))
+    wants_help = "-h" in argv or "--help" in argv
+    run_task = argv[1] if wants_help and argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-") else None
+    parser = build_parser(predict_help=argv[:1] == ["predict"] and wants_help, run_task=run_task)
     ns, extra = parser.parse_known_args(argv)
     from .console import configure  # before paddle loads: the quiet console (--verbose: everything)
 

@@ -53,7 +53,20 @@ def _predict_inputs_help() -> str:
     return "\n".join(lines)
 
 
-def build_parser(predict_help: bool = False) -> argparse.ArgumentParser:
+def _add_task_options(run: argparse.ArgumentParser, name: str) -> None:
+    """``ptrain run TASK --help``: the task's own options, as a group of flags (help only: parsing leaves them
+    to the task's options class, which validates them)."""
+    try:
+        task = get_task(name)
+    except Exception:  # noqa: BLE001 - an unknown task or a recipe file: the generic help
+        return
+    group = run.add_argument_group(f"task options ({task.name}; also 'task:' in a recipe)")
+    for option, kind, default, meaning in task.option_help():
+        group.add_argument(f"--{option}", metavar=str(kind).upper().replace("OPTIONAL[", "").rstrip("]"),
+                           default=argparse.SUPPRESS, help=f"{meaning} (default: {default})".replace("%", "%%"))
+
+
+def build_parser(predict_help: bool = False, run_task: str = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptrain", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Exit codes: 0 ok, 1 other error, 2 bad configuration, 3 bad data, "
@@ -70,6 +83,8 @@ def build_parser(predict_help: bool = False) -> argparse.ArgumentParser:
                      help="recipe name or YAML path (default: the task's demo)")
     run.add_argument("--config", default=None, help="a YAML of TrainingArguments applied over the recipe")
     add_launch_flags(run)
+    if run_task:
+        _add_task_options(run, run_task)
     run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     run.add_argument("--verbose", action="store_true", help="show everything the quiet console hides: INFO of "

@@ -6,35 +6,14 @@ usage: post_fit_toy.py OUT_DIR none|evaluate|predict
 
 import os
 import sys
-import time
 
-TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(TESTS))
-sys.path.append(TESTS)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from preempt_toy import Mark, Slow, ToyDataset  # noqa: E402  (the preemption tests' slow toy: adds TESTS to sys.path)
 
 import paddle  # noqa: E402
-from helpers import ToyDataset  # noqa: E402
 
-from callbacks import Callback  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
-
-
-class Slow(ToyDataset):
-    def __getitem__(self, i):
-        time.sleep(0.002)
-        return super().__getitem__(i)
-
-
-class Mark(Callback):
-    def __init__(self, out):
-        self.out = out
-
-    def on_step_end(self, trainer):
-        if trainer.state.global_step == 20:
-            with open(os.path.join(self.out, f"at-20-rank{dist.get_rank()}"), "w") as f:
-                f.write(str(os.getpid()))
-
 
 out, after = sys.argv[1], sys.argv[2]
 paddle.seed(0)

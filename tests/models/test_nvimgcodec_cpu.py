@@ -1,0 +1,70 @@
+"""ResNet on a CPU machine: nvImageCodec loads only its CPU extensions. Before: every ResNet run printed 3-7
+"[ERROR] ... Failed to load nvJPEG library" lines where CUDA's nvJPEG is absent (nvImageCodec probed its GPU
+decoders in each process that decodes). After: without a GPU, ``NVIMGCODEC_EXTENSIONS_PATH`` names a folder of
+the CPU extensions only, so the nvJPEG extension is never loaded; the decoded pixels are the same; with a GPU
+(or a path the user set) nothing changes."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import REPO
+from PIL import Image
+
+from models.resnet import jpeg_regions
+
+pytestmark = pytest.mark.skipif(not jpeg_regions.available(), reason="nvImageCodec not installed")
+
+PROBE = """
+import json, os, sys
+import numpy as np
+from models.resnet import jpeg_regions
+data = open(sys.argv[1], 'rb').read()
+(region,) = jpeg_regions.decode_regions([data], [(3, 5, 40, 50)], fast=False)
+maps = open('/proc/self/maps').read()
+folder = os.environ.get('NVIMGCODEC_EXTENSIONS_PATH')
+print(json.dumps({'nvjpeg_ext': 'libnvjpeg_ext' in maps, 'turbo_ext': 'libjpeg_turbo_ext' in maps, 'folder': folder,
+                  'files': sorted(os.listdir(folder)) if folder else None, 'sum': int(region.astype('int64').sum()),
+                  'shape': list(region.shape)}))
+"""
+
+
+def _probe(tmp_path, env_path=None):
+    img = (np.random.RandomState(0).rand(64, 80, 3) * 255).astype("uint8")
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=90)
+    (tmp_path / "x.jpg").write_bytes(buf.getvalue())
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("NVIMGCODEC_EXTENSIONS_PATH", None)
+    if env_path:
+        env["NVIMGCODEC_EXTENSIONS_PATH"] = env_path
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "x.jpg")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nvJPEG" not in done.stderr, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_without_a_gpu_only_cpu_extensions_load_and_the_pixels_are_the_same(tmp_path):
+    import paddle
+
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("a GPU machine keeps every extension (benchmarks/gpu_check.py)")
+    cpu = _probe(tmp_path)
+    assert cpu["turbo_ext"] and not cpu["nvjpeg_ext"]
+    assert cpu["files"] and all(f.startswith(jpeg_regions.CPU_EXTENSIONS) for f in cpu["files"])
+    spec_dir = os.path.join(os.path.dirname(jpeg_regions._nvimgcodec().__file__), "extensions")
+    every = _probe(tmp_path, env_path=spec_dir)  # a path the user set is left alone: every extension loads
+    assert every["folder"] == spec_dir and every["nvjpeg_ext"]
+    assert (cpu["sum"], cpu["shape"]) == (every["sum"], every["shape"]) and cpu["shape"] == [37, 45, 3]
+
+
+def test_with_a_gpu_or_a_users_path_nothing_changes(monkeypatch):
+    monkeypatch.delenv("NVIMGCODEC_EXTENSIONS_PATH", raising=False)
+    assert jpeg_regions.cpu_only_extensions(gpu=True) is None and "NVIMGCODEC_EXTENSIONS_PATH" not in os.environ
+    monkeypatch.setenv("NVIMGCODEC_EXTENSIONS_PATH", "/somewhere")
+    assert jpeg_regions.cpu_only_extensions(gpu=False) is None and os.environ["NVIMGCODEC_EXTENSIONS_PATH"] == "/somewhere"
