@@ -235,3 +235,23 @@ def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
     assert r.returncode == 2 and "--model_name 'bad/name' is not allowed" in r.stderr
     r = run(digits_dir[0], "--output_names", "a,b")
     assert r.returncode == 2 and "--output_names a,b: the model has 1 output(s)" in r.stderr
+
+
+def test_allow_nonfinite_passes_nan_to_the_model(digits_dir):
+    path, x = digits_dir
+    row = x[:1].copy()
+    row[0, 3] = np.nan
+    (expected,) = run_predictor(create_predictor(path), [row])
+    server = Server(path, "--allow_nonfinite", "--model_name", "digits")
+    try:
+        body = b'{"inputs": [' + json.dumps(row[0].tolist()).encode() + b"]}"  # json.dumps writes NaN
+        status, answer, _ = server.predict(body)
+        assert status == 200
+        np.testing.assert_array_equal(np.asarray(answer["outputs"], "float32"), expected)  # NaN where paddle's is
+        inp = httpclient.InferInput("input", [1, 64], "FP32")
+        inp.set_data_from_numpy(row)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", network_timeout=120.0)
+        np.testing.assert_array_equal(client.infer("digits", [inp]).as_numpy("output"), expected)
+        client.close()
+    finally:
+        assert server.stop() == 0
