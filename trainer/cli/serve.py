@@ -46,7 +46,10 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
                           "alone runs at once)")
     srv.add_argument("--max_queue", type=int, default=None,
                      help="requests waiting per model before 503 + Retry-After (default 16 x max_batch_size x workers)")
-    srv.add_argument("--workers", type=int, default=1, help="predictor processes per model (default 1)")
+    srv.add_argument("--workers", type=int, default=1,
+                     help="predictor processes per model (default 1); 0: run the model in the server process, for "
+                          "models whose call takes well under a millisecond (no process hop; the server waits while "
+                          "it runs)")
     srv.add_argument("--threads", type=int, default=1, help="CPU math threads per predictor process (default 1)")
     srv.add_argument("--device", default="cpu", help="cpu or gpu:K (default cpu)")
     srv.add_argument("--runtime", default="paddle", choices=["paddle", "onnxruntime"],
