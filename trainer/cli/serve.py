@@ -11,6 +11,7 @@ older than the export (``trainer.deploy.onnx_export``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..process import startup_handlers_active
@@ -120,4 +121,8 @@ def cmd_serve(ns) -> int:
                       f"{report['opset']}); onnxruntime matches paddle.inference within {report['max_abs_diff']:.3g} "
                       f"(max abs diff, atol {report['atol']:g})", file=sys.stderr, flush=True)
     startup_handlers_active(False)  # the server owns SIGTERM/SIGINT from here: it drains
-    return serve(config, tasks=_task_of)
+    code = serve(config, tasks=_task_of)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the report is out and the predictors are stopped: tearing paddle down would only outlast
+    #                 --drain_timeout

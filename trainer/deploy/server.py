@@ -201,8 +201,8 @@ async def _serve(config: ServeConfig, tasks) -> int:
     cut = state.accepted - state.answered
     _say(f"{server.signal_name} received: {state.accepted} requests accepted, {state.answered} answered, "
          f"{state.refused} refused while draining (503), {cut} cut at --drain_timeout {config.drain_timeout:g} s"
-         f"; {server.backlog} waiting connections answered 503, {server.idle_closed} connections closed before "
-         f"their request arrived; predictor processes stopped in {time.monotonic() - server.signalled:.1f} s; "
+         f"; {server.backlog} waiting connections and {server.idle_closed} open ones without a request answered 503"
+         f"; predictor processes stopped in {time.monotonic() - server.signalled:.1f} s; "
          f"exit {1 if cut else 0}")
     return 1 if cut else 0
 
@@ -248,17 +248,19 @@ def _Server(config, state, sock):
             asyncio.get_running_loop().create_task(self._drain())
 
         async def _drain(self):
-            reserve = min(2.0, 0.25 * drain_timeout)  # for closing connections and stopping the predictors
+            reserve = min(3.0, 0.3 * drain_timeout)  # for closing connections, stopping the predictors, exiting
             while state.accepted > state.answered and time.monotonic() < self.deadline - reserve:
                 await asyncio.sleep(0.01)
             self.config.timeout_graceful_shutdown = max(0.1, self.deadline - reserve / 2 - time.monotonic())
             self.should_exit = True
 
         async def shutdown(self, sockets=None):
-            self.backlog = refuse_backlog(sock, "the server is shutting down: send the request to another replica")
-            self.idle_closed = sum(1 for c in list(self.server_state.connections)
-                                   if getattr(c, "waiting_for_headers", lambda: False)()
-                                   and time.monotonic() - c.since > 0.05)
+            line = "the server is shutting down: send the request to another replica"
+            self.backlog = refuse_backlog(sock, line)
+            for conn in list(self.server_state.connections):  # a request may be on its way: 503, never a reset
+                if getattr(conn, "waiting_for_headers", lambda: False)():
+                    self.idle_closed += 1
+                    conn.refuse_and_linger(line)
             await super().shutdown(sockets)
 
     return Server(config)
