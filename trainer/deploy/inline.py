@@ -4,8 +4,10 @@ For models whose call takes well under a millisecond (the digits MLP): a
 predictor process costs two process wake-ups and a pickled round trip per
 batch, more than the model itself. Here a batch runs where it is formed, with
 no hop: while it runs (``paddle.inference`` holds the GIL) the server parses
-nothing else, which is why this is only for tiny models; everything else
-(batching, v1/v2, limits, drain) is the same. :class:`InlinePool` offers what
+nothing else, which is why this is only for tiny models. A request finds the
+model free (it ran to completion before the next request was parsed), so it
+runs alone: batches form only with predictor processes. Everything else (v1/v2,
+limits, drain) is the same. :class:`InlinePool` offers what
 :class:`~trainer.deploy.pool.WorkerPool` offers the batcher and the routes;
 the model is loaded once at start (with the same fingerprint and warm-up),
 and nothing restarts it.

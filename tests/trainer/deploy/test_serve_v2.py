@@ -272,7 +272,7 @@ def test_workers_0_runs_the_model_in_the_server_process(digits_dir):
         status, body, _ = server.predict({"inputs": x[:2].tolist()})
         assert status == 200
         np.testing.assert_array_equal(np.asarray(body["outputs"], "float32"), expected)
-        with cf.ThreadPoolExecutor(8) as pool:  # batched as with predictor processes
+        with cf.ThreadPoolExecutor(8) as pool:  # concurrent clients: each answered
             answers = list(pool.map(lambda i: server.predict({"inputs": x[i:i + 1].tolist()}), range(8)))
         assert [a[0] for a in answers] == [200] * 8
     finally:
