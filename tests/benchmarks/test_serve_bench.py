@@ -8,7 +8,8 @@ from benchmarks import serve
 
 def test_serve_benchmark_runs_every_protocol_and_the_peer(tmp_path):
     out = tmp_path / "serve.json"
-    assert serve.main(["--models", "digits", "--duration", "0.3", "--slice", "0.15", "--rounds", "1", "--concurrency", "1,4",
+    assert serve.main(["--models", "digits", "--duration", "0.3", "--slice", "0.15", "--rounds", "1",
+                       "--concurrency", "1,4",
                        "--max_requests", "200", "--json", str(out), "--markdown", str(tmp_path / "serve.md")]) == 0
     (model,) = json.loads(out.read_text())["result"]["models"]
     points = {(r["protocol"], r["concurrency"]): r for r in model["rows"]}

@@ -165,7 +165,8 @@ async def _serve(config: ServeConfig, tasks) -> int:
                           "another --port (0: any free one) or an address of this machine") from None
     server = _Server(uvicorn.Config(build_app(state), host=config.host, port=config.port, log_level="warning",
                                     lifespan="off", timeout_graceful_shutdown=config.drain_timeout,
-                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog), state, sock)
+                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog),
+                     state, sock)
     port = sock.getsockname()[1]
     for model in models.values():
         model.batcher.start()

@@ -9,8 +9,9 @@ the process that parses HTTP requests; each worker is its own process
    terminal's process group must not kill it while the server drains: the
    server ends it by closing the pipe);
 2. fingerprints the model files (``predictor.fingerprint``) and, for a replacement, refuses files that differ
-   from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1 and of ``max_batch_size`` rows,
-   sends ``("ready", {"inputs", "outputs", "output_specs", "pid"})`` (``output_specs``: the dtype and shape of
+   from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1
+   and of ``max_batch_size`` rows,
+   sends ``("ready", {"inputs", "outputs", "output_specs", "fingerprint", "pid"})`` (``output_specs``: the dtype and shape of
    each output of the warm-up run);
 3. answers each ``(batch_id, [arrays])`` with ``(batch_id, "ok", [arrays])`` or
    ``(batch_id, "error", "<one line>")``; an end of the pipe (or ``None``) ends it.
