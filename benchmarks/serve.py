@@ -10,6 +10,8 @@ reported, so a load spike on a shared machine hits every target alike):
   process with one math thread), spoken to in three protocols: ``/v1/predict``
   JSON, ``/v2/models/NAME/infer`` JSON, and v2 with binary tensors (the
   request's and the answer's tensors as raw bytes after the JSON header);
+- for ``--inline_models`` (default digits), ``ptrain serve --workers 0`` too
+  (``v1-inline``: the model in the server process, no process hop);
 - the hand-written peer (``benchmarks/handwritten_server.py``): Starlette +
   ``paddle.inference`` in the handler under uvicorn, one request per model call.
 
@@ -85,12 +87,14 @@ def compute_ms(path: str, rows: int, repeats: int = 20) -> float:
 class ServerProcess:
     """A ``ptrain serve`` (``kind`` ``ptrain``) or hand-written (``handwritten``) server on a free port."""
 
-    def __init__(self, kind: str, model_dir: str, max_batch_size: int = 32, max_delay_ms: float = 5.0):
+    def __init__(self, kind: str, model_dir: str, max_batch_size: int = 32, max_delay_ms: float = 5.0,
+                 workers: int = 1):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.kind = kind
-        if kind == "ptrain":
+        if kind != "handwritten":
             cmd = [sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0", "--model_name", "m",
-                   "--max_batch_size", str(max_batch_size), "--max_delay_ms", str(max_delay_ms), "--max_queue", "4096"]
+                   "--max_batch_size", str(max_batch_size), "--max_delay_ms", str(max_delay_ms), "--max_queue", "4096",
+                   "--workers", str(workers)]
         else:
             cmd = [sys.executable, "-m", "benchmarks.handwritten_server", model_dir, "0"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
@@ -108,7 +112,7 @@ class ServerProcess:
         raise RuntimeError(f"{kind} server was not ready within 300 s")
 
     def batch_stats(self) -> tuple:
-        if self.kind != "ptrain":
+        if self.kind == "handwritten":
             return 0.0, 0.0
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         conn.request("GET", "/metrics")
@@ -129,7 +133,7 @@ class ServerProcess:
 
 def request_of(protocol: str, x: np.ndarray) -> Tuple[str, bytes, Dict[str, str]]:
     """``(path, body, headers)`` of a one-instance request in ``protocol``."""
-    if protocol == "v1":
+    if protocol in ("v1", "v1-inline"):
         return "/v1/predict", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
     if protocol == "handwritten":
         return "/predict", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
@@ -212,6 +216,7 @@ def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
 
 
 TARGETS = (("ptrain", "v1"), ("ptrain", "v2-json"), ("ptrain", "v2-binary"), ("handwritten", "handwritten"))
+INLINE = ("inline", "v1-inline")  # ptrain serve --workers 0: the model in the server process (--inline_models)
 MODELS = {"digits": (32, 2)}
 
 
@@ -222,15 +227,19 @@ def run_model(model: str, args, workdir: str) -> dict:
     one, full = compute_ms(path, 1), compute_ms(path, args.max_batch_size)
     servers = {"ptrain": ServerProcess("ptrain", path, args.max_batch_size, args.max_delay_ms),
                "handwritten": ServerProcess("handwritten", path)}
+    targets = TARGETS
+    if model in args.inline_models:
+        servers["inline"] = ServerProcess("inline", path, args.max_batch_size, args.max_delay_ms, workers=0)
+        targets = TARGETS[:1] + (INLINE,) + TARGETS[1:]
     points: Dict[tuple, List[dict]] = {}
     try:
-        for kind, protocol in TARGETS:
+        for kind, protocol in targets:
             closed_loop(servers[kind].port, protocol, 2, 0.5, 50)  # warm the connections and the event loop
         for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits every target alike
             for c in args.concurrency:
-                order = TARGETS if round_ % 2 == 0 else tuple(reversed(TARGETS))
+                order = targets if round_ % 2 == 0 else tuple(reversed(targets))
                 for protocol, point in sliced(servers, order, c, args).items():
-                    kind = "handwritten" if protocol == "handwritten" else "ptrain"
+                    kind = dict((p, k) for k, p in targets)[protocol]
                     point.update(model=model, server=kind, protocol=protocol, concurrency=c, round=round_)
                     points.setdefault((protocol, c), []).append(point)
                     print(f"{model} round {round_} {protocol:>11} concurrency {c:>3}: {point['rps']:.0f} req/s, "
@@ -263,7 +272,8 @@ def report(result: dict, info: dict) -> str:
     for m in result["models"]:
         by = {(r["protocol"], r["concurrency"]): r for r in m["rows"]}
         rows = []
-        for r in sorted(m["rows"], key=lambda r: (r["concurrency"], [t[1] for t in TARGETS].index(r["protocol"]))):
+        names = [t[1] for t in TARGETS[:1] + (INLINE,) + TARGETS[1:]]
+        for r in sorted(m["rows"], key=lambda r: (r["concurrency"], names.index(r["protocol"]))):
             peer = by.get(("handwritten", r["concurrency"]))
             rows.append([r["concurrency"], r["protocol"], fmt(r["rps"], 0),
                          fmt(r["rps"] / peer["rps"], 2) if peer and peer["rps"] else "",
@@ -286,6 +296,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="digits,mlp", help="comma-separated: digits (64-32-32-10), mlp (--hidden)")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
     p.add_argument("--max_batch_size", type=int, default=32)
+    p.add_argument("--inline_models", default="digits",
+                   help="comma-separated models also served with --workers 0 (the model in the server process)")
     p.add_argument("--max_delay_ms", type=float, default=5.0)
     p.add_argument("--duration", type=float, default=4.0, help="seconds per point (in turns of --slice)")
     p.add_argument("--slice", type=float, default=0.5, help="seconds per turn of one target before the next")
@@ -296,6 +308,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
     args.models = [x for x in args.models.split(",") if x]
+    args.inline_models = [x for x in args.inline_models.split(",") if x]
     info = machine_info()
     result = run(args)
     text = report(result, info)

@@ -80,8 +80,10 @@ LONGEST_FIRST = (
     "tests/models/test_resnet_cli.py",                  # 145
     "tests/distributed/test_preemption_launcher.py",    # 135
     "tests/models/test_ernie_task.py",                  # 120
+    "tests/trainer/deploy/test_serve_hostile.py",       # 120 (1,100 slow connections, model files changed)
     "tests/models/test_serve_tasks.py",                 # 110
     "tests/trainer/cli/test_cli.py",                    # 95
+    "tests/trainer/deploy/test_serve_v2.py",            # 90
     "tests/trainer/checkpoint/test_ownership.py",       # 95
     "tests/benchmarks/test_smoke.py",                   # 80
     "tests/models/test_resnet_dali.py",                 # 75

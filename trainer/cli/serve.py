@@ -11,6 +11,7 @@ older than the export (``trainer.deploy.onnx_export``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..process import startup_handlers_active
@@ -49,7 +50,10 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
                           "alone runs at once)")
     srv.add_argument("--max_queue", type=int, default=None,
                      help="requests waiting per model before 503 + Retry-After (default 16 x max_batch_size x workers)")
-    srv.add_argument("--workers", type=int, default=1, help="predictor processes per model (default 1)")
+    srv.add_argument("--workers", type=int, default=1,
+                     help="predictor processes per model (default 1); 0: run the model in the server process, for "
+                          "models whose call takes well under a millisecond (no process hop; the server waits while "
+                          "it runs)")
     srv.add_argument("--threads", type=int, default=1, help="CPU math threads per predictor process (default 1)")
     srv.add_argument("--device", default="cpu", help="cpu or gpu:K (default cpu)")
     srv.add_argument("--runtime", default="paddle", choices=["paddle", "onnxruntime"],
@@ -120,4 +124,8 @@ def cmd_serve(ns) -> int:
                       f"{report['opset']}); onnxruntime matches paddle.inference within {report['max_abs_diff']:.3g} "
                       f"(max abs diff, atol {report['atol']:g})", file=sys.stderr, flush=True)
     startup_handlers_active(False)  # the server owns SIGTERM/SIGINT from here: it drains
-    return serve(config, tasks=_task_of)
+    code = serve(config, tasks=_task_of)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the report is out and the predictors are stopped: tearing paddle down would only outlast
+    #                 --drain_timeout

@@ -142,6 +142,24 @@ class GuardedH11Protocol(H11Protocol):
             self.close_with(TIMEOUT_408, f"the request body did not arrive within {self.guard.body_timeout:g} s "
                                          "(--body_timeout)")
 
+    def data_received(self, data: bytes) -> None:
+        if getattr(self, "lingering", False):
+            return  # answered and half-closed: read what the client still sends, so closing sends no reset
+        super().data_received(data)
+
+    def refuse_and_linger(self, line: str, linger: float = 0.3) -> None:
+        """Answer 503 ``line``, half-close, and close after ``linger`` s (the client's bytes are read meanwhile)."""
+        self.lingering = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+        try:
+            self.transport.write(_raw(REFUSED_503, line))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+        except (OSError, RuntimeError):
+            pass
+        self.loop.call_later(linger, self.transport.close)
+
     def close_with(self, template: bytes, line: str) -> None:
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
@@ -151,18 +169,22 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.close()
 
 
-def refuse_backlog(sock: socket.socket, line: str) -> int:
-    """Accept what waits in ``sock``'s backlog and answer each 503 ``line`` (Connection: close); the count."""
-    answered = 0
+def refuse_backlog(sock: socket.socket, line: str, budget: float = 0.5) -> int:
+    """Answer 503 ``line`` (Connection: close) to the connections waiting in ``sock``'s backlog, for at most
+    ``budget`` seconds (clients that keep connecting cannot hold the shutdown); the count answered."""
+    answered, deadline = 0, time.monotonic() + budget
+    try:
+        sock.listen(0)  # from here new connection attempts wait in the client's retries, then are refused
+    except OSError:
+        pass
     sock.setblocking(False)
-    while True:
+    while time.monotonic() < deadline:
         try:
             conn, _ = sock.accept()
         except (BlockingIOError, InterruptedError, OSError):
             return answered
         try:
-            conn.setblocking(True)
-            conn.settimeout(0.2)
+            conn.settimeout(0.02)
             try:  # read what the client sent, so closing does not reset the connection under our answer
                 conn.recv(65536)
             except OSError:
@@ -174,3 +196,4 @@ def refuse_backlog(sock: socket.socket, line: str) -> int:
         finally:
             conn.close()
             answered += 1
+    return answered

@@ -156,7 +156,7 @@ class WorkerPool:
                 await asyncio.sleep(0.02)
             if worker.process.is_alive():
                 worker.process.kill()
-            worker.process.join(1.0)
+            worker.process.join(max(0.1, min(1.0, deadline + 0.5 - time.monotonic())))
             worker.state = "dead"
 
     # ---- feeding ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ..errors import ConfigError
 from .batching import Batcher
 from .connections import Guard, guarded_protocol, refuse_backlog
 from .http_app import ServeState, build_app
+from .inline import InlinePool
 from .limits import PixelBudget
 from .metrics import ServeMetrics
 from .pool import ServeStartError, WorkerPool
@@ -59,7 +60,7 @@ class ServeConfig:
     max_batch_size: int = 32
     max_delay_ms: float = 5.0
     max_queue: Optional[int] = None   # requests waiting per model; None: 16 x max_batch_size x workers
-    workers: int = 1
+    workers: int = 1                  # predictor processes per model; 0: the model runs in the server process
     device: str = "cpu"
     runtime: str = "paddle"
     threads: int = 1                  # CPU math threads per predictor process
@@ -78,7 +79,7 @@ class ServeConfig:
 
     def check(self) -> "ServeConfig":
         """Validate every field (ConfigError naming the flag); returns self."""
-        for flag, value, low in (("--max_batch_size", self.max_batch_size, 1), ("--workers", self.workers, 1),
+        for flag, value, low in (("--max_batch_size", self.max_batch_size, 1), ("--workers", self.workers, 0),
                                  ("--threads", self.threads, 1), ("--max_body_bytes", self.max_body_bytes, 64),
                                  ("--max_image_pixels", self.max_image_pixels, 1)):
             if not isinstance(value, int) or value < low:
@@ -102,7 +103,7 @@ class ServeConfig:
         check_name("--model_version", self.model_version)
         self.models = find_models(self.model_dir, self.model_prefix, self.model_name, self.model_version)
         if self.max_queue is None:
-            self.max_queue = 16 * self.max_batch_size * self.workers
+            self.max_queue = 16 * self.max_batch_size * max(1, self.workers)
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         soft = soft if 0 < soft < 1 << 20 else 1 << 20
         # asyncio accepts up to `backlog` sockets in one go before any is counted: keep that many files in reserve
@@ -135,7 +136,8 @@ def _models(config: ServeConfig, metrics, tasks) -> Dict[str, ServedModel]:
         options = {"name": name, "model_dir": os.path.abspath(model_dir), "prefix": config.model_prefix,
                    "runtime": config.runtime, "device": config.device, "threads": config.threads,
                    "max_batch_size": config.max_batch_size}
-        pool = WorkerPool(options, config.workers, metrics, config.start_timeout)
+        pool = (WorkerPool(options, config.workers, metrics, config.start_timeout) if config.workers
+                else InlinePool(options, metrics, config.start_timeout))
         batcher = Batcher(pool, config.max_batch_size, config.max_delay_ms / 1000.0, config.max_queue, metrics, name)
         models[name] = ServedModel(name, version, model_dir, pool, batcher,
                                    "onnxruntime_onnx" if config.runtime == "onnxruntime" else "paddle_inference",
@@ -163,7 +165,8 @@ async def _serve(config: ServeConfig, tasks) -> int:
                           "another --port (0: any free one) or an address of this machine") from None
     server = _Server(uvicorn.Config(build_app(state), host=config.host, port=config.port, log_level="warning",
                                     lifespan="off", timeout_graceful_shutdown=config.drain_timeout,
-                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog), state, sock)
+                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog),
+                     state, sock)
     port = sock.getsockname()[1]
     for model in models.values():
         model.batcher.start()
@@ -183,7 +186,8 @@ async def _serve(config: ServeConfig, tasks) -> int:
         print(f"ptrain serve: ready on http://{config.host}:{port} (POST /v1/predict, /v2/models/NAME/infer; GET "
               "/health /ready /metrics /v2/health/ready); "
               + "; ".join(f"model {m.name} version {m.version} ({m.model_dir})" for m in models.values())
-              + f"; runtime {config.runtime}, {config.workers * len(models)} predictor process(es) pid "
+              + f"; runtime {config.runtime}, {config.workers * len(models)} predictor process(es)"
+              + (" (the model runs in the server process: --workers 0)" if not config.workers else "") + " pid "
               f"{','.join(str(p) for m in models.values() for p in m.pool.pids)}, max_batch_size "
               f"{config.max_batch_size}, max_delay_ms {config.max_delay_ms:g}, max_queue {config.max_queue}, "
               f"max_connections {config.max_connections}", flush=True)
@@ -198,8 +202,8 @@ async def _serve(config: ServeConfig, tasks) -> int:
     cut = state.accepted - state.answered
     _say(f"{server.signal_name} received: {state.accepted} requests accepted, {state.answered} answered, "
          f"{state.refused} refused while draining (503), {cut} cut at --drain_timeout {config.drain_timeout:g} s"
-         f"; {server.backlog} waiting connections answered 503, {server.idle_closed} connections closed before "
-         f"their request arrived; predictor processes stopped in {time.monotonic() - server.signalled:.1f} s; "
+         f"; {server.backlog} waiting connections and {server.idle_closed} open ones without a request answered 503"
+         f"; predictor processes stopped in {time.monotonic() - server.signalled:.1f} s; "
          f"exit {1 if cut else 0}")
     return 1 if cut else 0
 
@@ -245,17 +249,19 @@ def _Server(config, state, sock):
             asyncio.get_running_loop().create_task(self._drain())
 
         async def _drain(self):
-            reserve = min(2.0, 0.25 * drain_timeout)  # for closing connections and stopping the predictors
+            reserve = min(3.0, 0.3 * drain_timeout)  # for closing connections, stopping the predictors, exiting
             while state.accepted > state.answered and time.monotonic() < self.deadline - reserve:
                 await asyncio.sleep(0.01)
             self.config.timeout_graceful_shutdown = max(0.1, self.deadline - reserve / 2 - time.monotonic())
             self.should_exit = True
 
         async def shutdown(self, sockets=None):
-            self.backlog = refuse_backlog(sock, "the server is shutting down: send the request to another replica")
-            self.idle_closed = sum(1 for c in list(self.server_state.connections)
-                                   if getattr(c, "waiting_for_headers", lambda: False)()
-                                   and time.monotonic() - c.since > 0.05)
+            line = "the server is shutting down: send the request to another replica"
+            self.backlog = refuse_backlog(sock, line)
+            for conn in list(self.server_state.connections):  # a request may be on its way: 503, never a reset
+                if getattr(conn, "waiting_for_headers", lambda: False)():
+                    self.idle_closed += 1
+                    conn.refuse_and_linger(line)
             await super().shutdown(sockets)
 
     return Server(config)

@@ -9,8 +9,9 @@ the process that parses HTTP requests; each worker is its own process
    terminal's process group must not kill it while the server drains: the
    server ends it by closing the pipe);
 2. fingerprints the model files (``predictor.fingerprint``) and, for a replacement, refuses files that differ
-   from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1 and of ``max_batch_size`` rows,
-   sends ``("ready", {"inputs", "outputs", "output_specs", "pid"})`` (``output_specs``: the dtype and shape of
+   from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1
+   and of ``max_batch_size`` rows,
+   sends ``("ready", {"inputs", "outputs", "output_specs", "fingerprint", "pid"})`` (``output_specs``: the dtype and shape of
    each output of the warm-up run);
 3. answers each ``(batch_id, [arrays])`` with ``(batch_id, "ok", [arrays])`` or
    ``(batch_id, "error", "<one line>")``; an end of the pipe (or ``None``) ends it.
@@ -30,11 +31,37 @@ class ModelChanged(RuntimeError):
     """The model files differ from the ones the server's other predictor processes serve."""
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     if isinstance(exc, ModelChanged):
         return str(exc)
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1].strip() if text else ''}".rstrip(": ")
+
+
+def load_checked(options: Dict[str, Any]):
+    """``(runtime, {"inputs", "outputs", "output_specs", "fingerprint"})``: the model of ``options`` loaded
+    and warmed up, its files fingerprinted (ModelChanged if they are not ``options["fingerprint"]``, or
+    changed during the load). Used by the worker process, and by the server itself for ``--workers 0``."""
+    from .predictor import files_state, fingerprint
+    from .runtimes import load_runtime, synthetic_batch
+
+    before = files_state(options["model_dir"], options.get("prefix"))
+    mine = fingerprint(options["model_dir"], options.get("prefix"))
+    expected = options.get("fingerprint")
+    if expected is not None and mine != expected:
+        raise ModelChanged(f"the model files in {options['model_dir']} changed since the server loaded them "
+                           f"({expected[:19]}, now {mine[:19]}): refusing to serve a second model behind one "
+                           "name; restart the server to serve the new export")
+    runtime = load_runtime(options["runtime"], options["model_dir"], options.get("device", "cpu"),
+                           int(options.get("threads", 1)), options.get("prefix"))
+    seen = []
+    for rows in sorted({1, int(options.get("max_batch_size", 1))}):
+        if all(s.get("shape") for s in runtime.inputs):
+            seen = [{"dtype": str(o.dtype), "shape": [-1] + list(o.shape[1:])}
+                    for o in runtime.run(synthetic_batch(runtime.inputs, rows))]
+    if files_state(options["model_dir"], options.get("prefix")) != before:
+        raise ModelChanged(f"the model files in {options['model_dir']} changed while loading: start again")
+    return runtime, {"inputs": runtime.inputs, "outputs": runtime.outputs, "output_specs": seen, "fingerprint": mine}
 
 
 def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
@@ -47,30 +74,11 @@ def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
     die_with_parent(signal.SIGKILL, parent_pid)
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
-        from .predictor import files_state, fingerprint
-        from .runtimes import load_runtime, synthetic_batch
-
-        before = files_state(options["model_dir"], options.get("prefix"))
-        mine = fingerprint(options["model_dir"], options.get("prefix"))
-        expected = options.get("fingerprint")
-        if expected is not None and mine != expected:
-            raise ModelChanged(f"the model files in {options['model_dir']} changed since the server loaded them "
-                               f"({expected[:19]}, now {mine[:19]}): refusing to serve a second model behind one "
-                               "name; restart the server to serve the new export")
-        runtime = load_runtime(options["runtime"], options["model_dir"], options.get("device", "cpu"),
-                               int(options.get("threads", 1)), options.get("prefix"))
-        seen = []
-        for rows in sorted({1, int(options.get("max_batch_size", 1))}):
-            if all(s.get("shape") for s in runtime.inputs):
-                seen = [{"dtype": str(o.dtype), "shape": [-1] + list(o.shape[1:])}
-                        for o in runtime.run(synthetic_batch(runtime.inputs, rows))]
-        if files_state(options["model_dir"], options.get("prefix")) != before:
-            raise ModelChanged(f"the model files in {options['model_dir']} changed while loading: start again")
+        runtime, info = load_checked(options)
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which exits with it
-        conn.send(("failed", _first_line(exc)))
+        conn.send(("failed", first_line(exc)))
         sys.exit(1)
-    conn.send(("ready", {"inputs": runtime.inputs, "outputs": runtime.outputs, "output_specs": seen,
-                         "pid": os.getpid(), "fingerprint": mine}))
+    conn.send(("ready", dict(info, pid=os.getpid())))
     while True:
         try:
             message = conn.recv()
@@ -82,7 +90,7 @@ def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
         try:
             outputs = runtime.run(arrays)
         except Exception as exc:  # noqa: BLE001 - the batch's requests get the line; the worker goes on
-            conn.send((batch_id, "error", _first_line(exc)))
+            conn.send((batch_id, "error", first_line(exc)))
             continue
         conn.send((batch_id, "ok", [o for o in outputs]))
     conn.close()

@@ -84,6 +84,12 @@ BAD = [  # (body, status, a piece of the line)
     ({"inputs": [[0.0] * 64] * 9}, 400, "at most 8 (--max_batch_size)"),
     (b'{"inputs": "\xc3\x28"}', 400, "not UTF-8 JSON"),
     (b"[" * 100000 + b"]" * 100000, 400, "nested too deeply"),
+    (b'{"inputs": [[Infinity' + b", 0" * 63 + b"]]}", 400, "value at [0, 0] is Infinity"),
+    (b'{"inputs": [[0, -Infinity' + b", 0" * 62 + b"]]}", 400, "value at [0, 1] is -Infinity"),
+    (b'{"inputs": [[1e309' + b", 0" * 63 + b"]]}", 400, "value at [0, 0] is Infinity"),
+    (b'{"inputs": [[0, 0, 1e39' + b", 0" * 61 + b"]]}", 400, "value at [0, 2] is Infinity (or beyond float32's range)"),
+    (b'{"inputs": [[0, NaN' + b", 0" * 62 + b"]]}", 400,
+     "value at [0, 1] is NaN: send finite numbers (ptrain serve --allow_nonfinite"),
 ]
 
 

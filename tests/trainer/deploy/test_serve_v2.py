@@ -235,3 +235,46 @@ def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
     assert r.returncode == 2 and "--model_name 'bad/name' is not allowed" in r.stderr
     r = run(digits_dir[0], "--output_names", "a,b")
     assert r.returncode == 2 and "--output_names a,b: the model has 1 output(s)" in r.stderr
+
+
+def test_allow_nonfinite_passes_nan_to_the_model(digits_dir):
+    path, x = digits_dir
+    row = x[:1].copy()
+    row[0, 3] = np.nan
+    (expected,) = run_predictor(create_predictor(path), [row])
+    server = Server(path, "--allow_nonfinite", "--model_name", "digits")
+    try:
+        body = b'{"inputs": [' + json.dumps(row[0].tolist()).encode() + b"]}"  # json.dumps writes NaN
+        status, answer, _ = server.predict(body)
+        assert status == 200
+        np.testing.assert_array_equal(np.asarray(answer["outputs"], "float32"), expected)  # NaN where paddle's is
+        inp = httpclient.InferInput("input", [1, 64], "FP32")
+        inp.set_data_from_numpy(row)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", network_timeout=120.0)
+        np.testing.assert_array_equal(client.infer("digits", [inp]).as_numpy("output"), expected)
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_workers_0_runs_the_model_in_the_server_process(digits_dir):
+    path, x = digits_dir
+    (expected,) = run_predictor(create_predictor(path), [x[:2]])
+    server = Server(path, "--workers", "0", "--model_name", "digits", "--output_names", "logits")
+    try:
+        assert server.pids == [server.proc.pid]  # no predictor process
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", network_timeout=120.0)
+        assert client.is_server_ready() and client.is_model_ready("digits")
+        inp = httpclient.InferInput("input", [2, 64], "FP32")
+        inp.set_data_from_numpy(x[:2])
+        np.testing.assert_array_equal(client.infer("digits", [inp]).as_numpy("logits"), expected)
+        client.close()
+        status, body, _ = server.predict({"inputs": x[:2].tolist()})
+        assert status == 200
+        np.testing.assert_array_equal(np.asarray(body["outputs"], "float32"), expected)
+        with cf.ThreadPoolExecutor(8) as pool:  # concurrent clients: each answered
+            answers = list(pool.map(lambda i: server.predict({"inputs": x[i:i + 1].tolist()}), range(8)))
+        assert [a[0] for a in answers] == [200] * 8
+    finally:
+        server.pids = []
+        assert server.stop() == 0
