@@ -175,16 +175,16 @@ class Rank0Logger(Callback):
             return
         record = {k: _plain(v) for k, v in trainer.state.logs.items()}
         step = int(record.get("step") or trainer.state.global_step)
-        with fence.fenced(trainer.args.output_dir):  # (at logging intervals only) a run that lost it writes nothing
-            if self._in_fit:
-                self._write_jsonl(self._jsonl, record)
-            elif "jsonl" in self._outputs(trainer):  # e.g. evaluate() after fit()
-                path = os.path.join(trainer.args.output_dir, "metrics.jsonl")
-                os.makedirs(trainer.args.output_dir, exist_ok=True)
-                with open(path, "a", encoding="utf-8") as f:
-                    self._write_jsonl(f, record)
-            if self._vdl is not None:
-                self._write_scalars(record, step)
+        fence.check(trainer.args.output_dir, quick=True)  # a run that lost its output_dir writes nothing (~5 us)
+        if self._in_fit:
+            self._write_jsonl(self._jsonl, record)
+        elif "jsonl" in self._outputs(trainer):  # e.g. evaluate() after fit()
+            path = os.path.join(trainer.args.output_dir, "metrics.jsonl")
+            os.makedirs(trainer.args.output_dir, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                self._write_jsonl(f, record)
+        if self._vdl is not None:
+            self._write_scalars(record, step)
         if self._bar is not None and "loss" in record:
             post = {"loss": _fmt(record["loss"])}
             if _is_number(record.get("learning_rate")):

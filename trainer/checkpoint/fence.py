@@ -38,6 +38,7 @@ GENERATION_FILE = ".ptrain.generation"
 
 _HELD: dict = {}        # abspath(output_dir) -> [generation, ...] (the lock of the command and fit()'s share)
 _LOST: dict = {}        # abspath(output_dir) -> the one line that says who owns it now
+_SEEN: dict = {}        # abspath(output_dir) -> the files' identities when the last full check passed
 _STATE = threading.Lock()
 _LOCAL = threading.local()  # the guards this thread holds (re-entered, not flock'd twice)
 
@@ -151,6 +152,7 @@ def drop(output_dir: str, generation: Optional[int]) -> None:
         if not held:
             _HELD.pop(key, None)
             _LOST.pop(key, None)
+            _SEEN.pop(key, None)
 
 
 def mark_lost(output_dir: str, why: str) -> None:
@@ -189,6 +191,7 @@ def fenced(output_dir: str) -> Iterator[None]:
         raise OwnershipLost(lost)
     mine = held[-1]
     with guard(output_dir):
+        seen = _identities(output_dir)
         record = read_record(output_dir)
         current = max(read_generation(output_dir), _generation_of(record) or 0)
         if current != mine or (record is not None and _generation_of(record) != mine):
@@ -196,13 +199,42 @@ def fenced(output_dir: str) -> Iterator[None]:
             with _STATE:
                 _LOST.setdefault(key, line)
             raise OwnershipLost(line)
+        with _STATE:
+            _SEEN[key] = seen
         yield
 
 
-def check(output_dir: str) -> None:
-    """Raise :class:`OwnershipLost` unless this process may still write into output_dir (see :func:`fenced`)."""
+def check(output_dir: str, quick: bool = False) -> None:
+    """Raise :class:`OwnershipLost` unless this process may still write into output_dir (see :func:`fenced`).
+
+    ``quick`` (``metrics.jsonl`` at logging steps): when neither the lock file nor the generation file changed
+    since the last full check passed (two ``stat`` calls, a few microseconds), that is all; a renewal or a
+    takeover replaces the lock file, and then the full check runs. Without the guard: a takeover between this
+    check and the write is not excluded (the new owner starts its own ``metrics.jsonl``, so such a line lands
+    in the replaced file, not in the new owner's).
+    """
+    if quick:
+        key = os.path.abspath(output_dir)
+        with _STATE:
+            seen, held, lost = _SEEN.get(key), key in _HELD, _LOST.get(key)
+        if lost is not None:
+            raise OwnershipLost(lost)
+        if not held or (seen is not None and _identities(output_dir) == seen):
+            return
     with fenced(output_dir):
         pass
+
+
+def _identities(output_dir: str) -> tuple:
+    """What changes when the lock or the generation file is rewritten (each is replaced by a rename)."""
+    out = []
+    for name in (LOCK_NAME, GENERATION_FILE):
+        try:
+            st = os.stat(os.path.join(output_dir, name))
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
 
 
 def read_record(output_dir: str) -> Optional[dict]:

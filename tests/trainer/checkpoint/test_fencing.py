@@ -5,6 +5,7 @@ Real ``ptrain run digits`` processes, real SIGSTOP / SIGCONT, a real other PID n
 clock 60 s ahead (libfaketime's ``faketime``, for the second command only).
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -22,12 +23,25 @@ from trainer.checkpoint.lock import LOCK_NAME
 pytestmark = pytest.mark.timeout(400)
 
 
-def pause(proc):
-    """SIGSTOP every process of ``proc`` (a paused VM, a suspended laptop, a debugger): its heartbeat stops too."""
-    stopped = proc.tree()
-    for p in stopped:
-        p.send_signal(signal.SIGSTOP)
-    return stopped
+def pause(proc, out):
+    """SIGSTOP every process of ``proc`` (a paused VM, a suspended laptop, a debugger): its heartbeat stops too.
+
+    Not while it holds the guard (the ``flock`` on output_dir, held for a rename or a renewal): a takeover on
+    this host would wait for it (correctly) until the process continues."""
+    for _ in range(100):
+        stopped = proc.tree()
+        for p in stopped:
+            p.send_signal(signal.SIGSTOP)
+        fd = os.open(str(out), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return stopped
+        except BlockingIOError:
+            resume(stopped)
+            time.sleep(0.05)
+        finally:
+            os.close(fd)  # (releases the flock if we got it)
+    raise AssertionError("the owner always held the guard")
 
 
 def resume(stopped):
@@ -70,7 +84,7 @@ def test_a_paused_owner_taken_over_stops_with_7_naming_the_new_owner(tmp_path, p
     first = Proc(digits(out, "--logging_steps", "5"), tmp_path, "first")
     procs.append(first)
     wait_for(lambda: has_checkpoint(out) and (lock_of(out) or {}).get("generation") == 1, "a checkpoint", proc=first)
-    stopped = pause(first)
+    stopped = pause(first, out)
     paused_at = latest_step(out)
     time.sleep(float(LEASE) + 1)  # past the lease: nothing renews it
     flags = (["--resume_from_checkpoint", "auto"] if second == "resume-auto" else
@@ -132,7 +146,7 @@ def test_a_paused_owner_or_a_clock_60s_ahead_never_takes_over_a_live_owner_here(
     wait_for(lambda: has_checkpoint(out) and lock_of(out) is not None, "a checkpoint", proc=first)
     owner = lock_of(out)
     # 1. paused far past its lease: its PID lives, with the start time recorded, so it is never taken over
-    stopped = pause(first)
+    stopped = pause(first, out)
     try:
         time.sleep(float(LEASE) * 2)
         second = Proc(digits(out, "--resume_from_checkpoint", "auto", steps=40), tmp_path, "paused")
