@@ -19,7 +19,8 @@ The writer: tensorboardX's ``SummaryWriter`` when tensorboardX is installed;
 else TensorBoard's own ``EventFileWriter`` with TensorBoard's summary protos
 (no TensorFlow and no PyTorch needed: PaddleNLP's ``report_to tensorboard``
 with only ``tensorboard`` installed writes nothing). ``writer_kind`` says which
-(``tensorboardX`` or ``tensorboard``), and the first event says it too.
+(``tensorboardX`` or ``tensorboard``), and so does the line logged when the run starts
+(``report_to tensorboard: DIR (writer: tensorboardX)``, logger ``trainer``).
 
 Resume: the directory is the run; a resumed run writes a new event file into
 the same directory, starting with a purge at the resumed step, so TensorBoard
@@ -37,12 +38,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import time
 from typing import List, Optional, Tuple
 
 from .logger import Rank0Logger
 from .tracking import Tracker, exported_model, final_metrics, hyperparameters, tracker_dir
+
+logger = logging.getLogger("trainer")
 
 
 class TensorBoardTracker(Tracker):
@@ -66,6 +70,7 @@ class TensorBoardTracker(Tracker):
         self._writer = open_writer(logdir, purge_step=step + 1 if resumed else None, prefer=self.prefer)
         self.writer_kind = self._writer.kind
         self.run_id = logdir
+        logger.info("report_to tensorboard: %s (writer: %s)", logdir, self.writer_kind)
         if not resumed:
             self._writer.text("args", _table(hyperparameters(trainer.args)), step)
 

@@ -2,6 +2,7 @@
 earlier checkpoint continues the same curve (the steps after the checkpoint replaced, not doubled); the
 writer without tensorboardX is TensorBoard's own and still writes."""
 
+import logging
 import os
 import sys
 
@@ -65,11 +66,13 @@ def test_scalars_hparams_and_artifacts_read_back_and_a_resume_continues_the_curv
     assert "| learning_rate | 0.05 |" in texts(events, "args")[0]
 
 
-def test_without_tensorboardX_tensorboards_own_writer_writes(tmp_path, monkeypatch):
+def test_without_tensorboardX_tensorboards_own_writer_writes(tmp_path, monkeypatch, caplog):
     """PaddleNLP's report_to tensorboard with only tensorboard installed writes nothing; here it writes."""
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # as if not installed: find_spec None, import fails
     out = tmp_path / "run"
-    first = train(out, ["tensorboard"], max_steps=6)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        first = train(out, ["tensorboard"], max_steps=6)
+    assert f"report_to tensorboard: {out / 'tensorboard'} (writer: tensorboard)" in caplog.messages
     tb = tracker(first, TensorBoardTracker)
     assert tb.writer_kind == "tensorboard"
     events = read(tb.run_id)
