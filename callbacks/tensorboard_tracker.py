@@ -85,7 +85,7 @@ class TensorBoardTracker(Tracker):
         model = exported_model(trainer)
         if model:
             writer.text("artifacts/model", f"exported model: {model}", step)
-        metrics = {Rank0Logger.tag_for(k): v for k, v in final.items() if k.startswith(("eval_", "test_"))}
+        metrics = {Rank0Logger.tag_for(k): v for k, v in final.items() if k.startswith(("eval_", "test_")) and not k.endswith("_samples")}
         writer.hparams(hyperparameters(trainer.args), metrics, step)
         writer.close()
 
@@ -113,18 +113,25 @@ def _table(values: dict) -> str:
 
 
 def open_writer(logdir: str, purge_step: Optional[int], prefer: Optional[str] = None):
-    """A writer of event files in ``logdir``: tensorboardX's when installed (or ``prefer``), else TensorBoard's."""
+    """A writer of event files in ``logdir``: tensorboardX's when installed (or ``prefer``), else TensorBoard's.
+
+    Each writer's file gets a nanosecond suffix: tensorboardX names its file by the second and host only, so two
+    writers opened in the same second (a resume right after a stop, results.json right after fit()) would write
+    one file and the second would truncate the first; the suffix also sorts them in the order they were opened,
+    which is the order TensorBoard reads them in."""
     kind = prefer or ("tensorboardX" if importlib.util.find_spec("tensorboardX") is not None else "tensorboard")
-    return _TensorBoardXWriter(logdir, purge_step) if kind == "tensorboardX" else _EventFileWriter(logdir, purge_step)
+    suffix = f".{time.time_ns()}"
+    writer = _TensorBoardXWriter if kind == "tensorboardX" else _EventFileWriter
+    return writer(logdir, purge_step, suffix)
 
 
 class _TensorBoardXWriter:
     kind = "tensorboardX"
 
-    def __init__(self, logdir: str, purge_step: Optional[int]):
+    def __init__(self, logdir: str, purge_step: Optional[int], suffix: str):
         from tensorboardX import SummaryWriter
 
-        self._w = SummaryWriter(logdir, purge_step=purge_step, flush_secs=10)
+        self._w = SummaryWriter(logdir, purge_step=purge_step, flush_secs=10, filename_suffix=suffix)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         self._w.add_scalar(tag, value, step)
@@ -148,12 +155,12 @@ class _EventFileWriter:
 
     kind = "tensorboard"
 
-    def __init__(self, logdir: str, purge_step: Optional[int]):
+    def __init__(self, logdir: str, purge_step: Optional[int], suffix: str):
         from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._pb = event_pb2
-        self._w = EventFileWriter(logdir, flush_secs=10)
+        self._w = EventFileWriter(logdir, flush_secs=10, filename_suffix=suffix)
         if purge_step is not None:  # what SummaryWriter(purge_step=) writes: older events from this step on are dropped
             self._w.add_event(event_pb2.Event(step=purge_step, wall_time=time.time(),
                                               session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))

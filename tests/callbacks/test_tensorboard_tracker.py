@@ -88,3 +88,19 @@ def test_logging_dir_moves_the_events(tmp_path):
     assert tracker(trainer, TensorBoardTracker).run_id == str(tmp_path / "logs" / "tensorboard")
     assert sorted(scalars(read(str(tmp_path / "logs" / "tensorboard")), "train/loss")) == [2, 4]
     assert not os.path.exists(tmp_path / "run" / "tensorboard")
+
+
+@pytest.mark.parametrize("kind", ["tensorboardX", "tensorboard"])
+def test_two_writers_opened_back_to_back_keep_both_files(tmp_path, kind):
+    """tensorboardX names its file by the second: a resume or results.json right after fit() truncated the run's
+    file (seen as a missing last step). Each writer's file has its own suffix, in the order they were opened."""
+    if kind == "tensorboardX":
+        pytest.importorskip("tensorboardX", reason="tensorboardX (in the tensorboard extra) is not installed")
+    from callbacks.tensorboard_tracker import open_writer
+
+    for step in (1, 2, 3):
+        writer = open_writer(str(tmp_path), None, kind)
+        writer.scalar("x", float(step), step)
+        writer.close()
+    assert len(os.listdir(tmp_path)) == 3
+    assert scalars(read(str(tmp_path)), "x") == {1: 1.0, 2: 2.0, 3: 3.0}
