@@ -22,7 +22,7 @@ What: run name ``run_name`` (default the output directory's name); the
 arguments as params (values cut at 6,000 characters); every logged number as a
 metric at ``step``; the exported model under the artifact path ``model``; a
 file added after fit() (results.json) at the artifact root; the run's end as
-its status (FINISHED, KILLED for a stopped or preempted run, FAILED).
+its status (FINISHED, also for a run a callback stopped early; KILLED for a preempted run; FAILED).
 
 Resume: the run id travels in the checkpoint and a resumed run logs into the
 same run (status RUNNING again). Steps logged again after a resume are kept
@@ -45,7 +45,7 @@ from .tracking import Tracker, exported_model, hyperparameters, run_name, tracke
 _ENV_DEFAULTS = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
-_STATUS = {"completed": "FINISHED", "stopped": "KILLED", "preempted": "KILLED", "failed": "FAILED"}
+_STATUS = {"completed": "FINISHED", "stopped": "FINISHED", "preempted": "KILLED", "failed": "FAILED"}
 _PARAM_MAX = 6000
 _BATCH = 100  # params per log_batch call (MLflow's limit)
 

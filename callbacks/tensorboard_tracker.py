@@ -19,7 +19,8 @@ The writer: tensorboardX's ``SummaryWriter`` when tensorboardX is installed;
 else TensorBoard's own ``EventFileWriter`` with TensorBoard's summary protos
 (no TensorFlow and no PyTorch needed: PaddleNLP's ``report_to tensorboard``
 with only ``tensorboard`` installed writes nothing). ``writer_kind`` says which
-(``tensorboardX`` or ``tensorboard``), and the first event says it too.
+(``tensorboardX`` or ``tensorboard``), and so does the line logged when the run starts
+(``report_to tensorboard: DIR (writer: tensorboardX)``, logger ``trainer``).
 
 Resume: the directory is the run; a resumed run writes a new event file into
 the same directory, starting with a purge at the resumed step, so TensorBoard
@@ -37,12 +38,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import time
 from typing import List, Optional, Tuple
 
 from .logger import Rank0Logger
 from .tracking import Tracker, exported_model, final_metrics, hyperparameters, tracker_dir
+
+logger = logging.getLogger("trainer")
 
 
 class TensorBoardTracker(Tracker):
@@ -66,6 +70,7 @@ class TensorBoardTracker(Tracker):
         self._writer = open_writer(logdir, purge_step=step + 1 if resumed else None, prefer=self.prefer)
         self.writer_kind = self._writer.kind
         self.run_id = logdir
+        logger.info("report_to tensorboard: %s (writer: %s)", logdir, self.writer_kind)
         if not resumed:
             self._writer.text("args", _table(hyperparameters(trainer.args)), step)
 
@@ -80,7 +85,7 @@ class TensorBoardTracker(Tracker):
         model = exported_model(trainer)
         if model:
             writer.text("artifacts/model", f"exported model: {model}", step)
-        metrics = {Rank0Logger.tag_for(k): v for k, v in final.items() if k.startswith(("eval_", "test_"))}
+        metrics = {Rank0Logger.tag_for(k): v for k, v in final.items() if k.startswith(("eval_", "test_")) and not k.endswith("_samples")}
         writer.hparams(hyperparameters(trainer.args), metrics, step)
         writer.close()
 
@@ -108,18 +113,25 @@ def _table(values: dict) -> str:
 
 
 def open_writer(logdir: str, purge_step: Optional[int], prefer: Optional[str] = None):
-    """A writer of event files in ``logdir``: tensorboardX's when installed (or ``prefer``), else TensorBoard's."""
+    """A writer of event files in ``logdir``: tensorboardX's when installed (or ``prefer``), else TensorBoard's.
+
+    Each writer's file gets a nanosecond suffix: tensorboardX names its file by the second and host only, so two
+    writers opened in the same second (a resume right after a stop, results.json right after fit()) would write
+    one file and the second would truncate the first; the suffix also sorts them in the order they were opened,
+    which is the order TensorBoard reads them in."""
     kind = prefer or ("tensorboardX" if importlib.util.find_spec("tensorboardX") is not None else "tensorboard")
-    return _TensorBoardXWriter(logdir, purge_step) if kind == "tensorboardX" else _EventFileWriter(logdir, purge_step)
+    suffix = f".{time.time_ns()}"
+    writer = _TensorBoardXWriter if kind == "tensorboardX" else _EventFileWriter
+    return writer(logdir, purge_step, suffix)
 
 
 class _TensorBoardXWriter:
     kind = "tensorboardX"
 
-    def __init__(self, logdir: str, purge_step: Optional[int]):
+    def __init__(self, logdir: str, purge_step: Optional[int], suffix: str):
         from tensorboardX import SummaryWriter
 
-        self._w = SummaryWriter(logdir, purge_step=purge_step, flush_secs=10)
+        self._w = SummaryWriter(logdir, purge_step=purge_step, flush_secs=10, filename_suffix=suffix)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         self._w.add_scalar(tag, value, step)
@@ -143,12 +155,12 @@ class _EventFileWriter:
 
     kind = "tensorboard"
 
-    def __init__(self, logdir: str, purge_step: Optional[int]):
+    def __init__(self, logdir: str, purge_step: Optional[int], suffix: str):
         from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._pb = event_pb2
-        self._w = EventFileWriter(logdir, flush_secs=10)
+        self._w = EventFileWriter(logdir, flush_secs=10, filename_suffix=suffix)
         if purge_step is not None:  # what SummaryWriter(purge_step=) writes: older events from this step on are dropped
             self._w.add_event(event_pb2.Event(step=purge_step, wall_time=time.time(),
                                               session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))

@@ -92,6 +92,7 @@ LONGEST_FIRST = (
     "tests/distributed/test_failure_names.py",          # 65
     "tests/models/test_resnet_turbo.py",                # 60
     "tests/trainer/deploy/test_serve.py",               # 55
+    "tests/callbacks/test_trackers_two_processes.py",   # 60
     "tests/compat/test_token_classification.py",        # 55
 )
 

@@ -158,13 +158,13 @@ def eval_sets(dataset, prefix: str = "eval") -> List[Tuple[str, Any]]:
 def check_eval_sets(dataset, args) -> None:
     """At construction: the names of several evaluation sets, and a ``metric_for_best_model`` that names one of them
     when it is the loss (``eval_loss`` exists only for a single set)."""
-    sets = eval_sets(dataset) if dataset is not None else []
-    metric = args.metric_for_best_model
-    if len(sets) > 1 or isinstance(dataset, dict):
-        if metric in ("loss", "eval_loss"):
-            names = ", ".join(f"{p}_loss" for p, _ in sets)
-            raise ConfigError(f"metric_for_best_model={metric!r} but eval_dataset has several sets: name one of "
-                              f"{names} (e.g. {option('metric_for_best_model', sets[0][0] + '_loss')})")
+    if not isinstance(dataset, dict):
+        return
+    sets = eval_sets(dataset)
+    if args.metric_for_best_model in ("loss", "eval_loss"):
+        names = ", ".join(f"{p}_loss" for p, _ in sets)
+        raise ConfigError(f"metric_for_best_model={args.metric_for_best_model!r} but eval_dataset has several sets: "
+                          f"name one of {names} (e.g. {option('metric_for_best_model', sets[0][0] + '_loss')})")
 
 
 def speed_metrics(prefix: str, start: float, samples: int, batch_size: int) -> dict:

@@ -2,6 +2,7 @@
 earlier checkpoint continues the same curve (the steps after the checkpoint replaced, not doubled); the
 writer without tensorboardX is TensorBoard's own and still writes."""
 
+import logging
 import os
 import sys
 
@@ -65,11 +66,13 @@ def test_scalars_hparams_and_artifacts_read_back_and_a_resume_continues_the_curv
     assert "| learning_rate | 0.05 |" in texts(events, "args")[0]
 
 
-def test_without_tensorboardX_tensorboards_own_writer_writes(tmp_path, monkeypatch):
+def test_without_tensorboardX_tensorboards_own_writer_writes(tmp_path, monkeypatch, caplog):
     """PaddleNLP's report_to tensorboard with only tensorboard installed writes nothing; here it writes."""
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # as if not installed: find_spec None, import fails
     out = tmp_path / "run"
-    first = train(out, ["tensorboard"], max_steps=6)
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        first = train(out, ["tensorboard"], max_steps=6)
+    assert f"report_to tensorboard: {out / 'tensorboard'} (writer: tensorboard)" in caplog.messages
     tb = tracker(first, TensorBoardTracker)
     assert tb.writer_kind == "tensorboard"
     events = read(tb.run_id)
@@ -85,3 +88,19 @@ def test_logging_dir_moves_the_events(tmp_path):
     assert tracker(trainer, TensorBoardTracker).run_id == str(tmp_path / "logs" / "tensorboard")
     assert sorted(scalars(read(str(tmp_path / "logs" / "tensorboard")), "train/loss")) == [2, 4]
     assert not os.path.exists(tmp_path / "run" / "tensorboard")
+
+
+@pytest.mark.parametrize("kind", ["tensorboardX", "tensorboard"])
+def test_two_writers_opened_back_to_back_keep_both_files(tmp_path, kind):
+    """tensorboardX names its file by the second: a resume or results.json right after fit() truncated the run's
+    file (seen as a missing last step). Each writer's file has its own suffix, in the order they were opened."""
+    if kind == "tensorboardX":
+        pytest.importorskip("tensorboardX", reason="tensorboardX (in the tensorboard extra) is not installed")
+    from callbacks.tensorboard_tracker import open_writer
+
+    for step in (1, 2, 3):
+        writer = open_writer(str(tmp_path), None, kind)
+        writer.scalar("x", float(step), step)
+        writer.close()
+    assert len(os.listdir(tmp_path)) == 3
+    assert scalars(read(str(tmp_path)), "x") == {1: 1.0, 2: 2.0, 3: 3.0}
