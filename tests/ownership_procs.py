@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 from helpers import REPO, process_tree
+from patience import patience
 
 from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, OWNER_ENV
 
@@ -23,7 +24,7 @@ def _can_unshare() -> str:
         return "unshare (util-linux) is not installed"
     try:
         done = subprocess.run(["unshare", "-u", "-fp", "--mount-proc", "sh", "-c", "hostname x-node && echo $$"],
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=patience(30))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare failed: {exc}"
     if done.returncode != 0 or done.stdout.strip() != "1":
@@ -91,7 +92,7 @@ class Proc:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
-        self.p.wait(timeout=30)
+        self.p.wait(timeout=patience(30))
         self.log.close()
 
 

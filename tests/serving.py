@@ -18,6 +18,7 @@ import time
 from helpers import REPO as ROOT
 
 READY = re.compile(r"ready on http://127\.0\.0\.1:(\d+) .* pid (\d+(?:,\d+)*)")
+from patience import patience
 
 
 class Server:
@@ -105,7 +106,7 @@ def load_clients(server, count, body, pause=0.01):
     def client():
         while not stop.is_set():
             try:
-                results.append(server.predict(body, timeout=30)[0])
+                results.append(server.predict(body, timeout=patience(30))[0])
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 results.append(type(exc).__name__)
                 time.sleep(pause)

@@ -11,6 +11,7 @@ import sys
 from helpers import REPO
 
 README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+from patience import patience
 
 
 def test_the_readme_is_one_or_two_screens():
@@ -27,7 +28,7 @@ def test_the_example_runs_as_a_script_and_trains(tmp_path):
     script = tmp_path / "train.py"        # as the README says: save it as train.py, python train.py
     script.write_text(code)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
-                         env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
+                         env=dict(os.environ, PYTHONPATH=REPO), timeout=patience(300))
     assert out.returncode == 0, out.stderr[-3000:]
     metrics = ast.literal_eval(out.stdout.strip().splitlines()[-1])   # the dict evaluate() returned, printed
     assert metrics["eval_samples"] == 360
@@ -47,7 +48,7 @@ def test_the_example_gives_the_same_numbers_twice(tmp_path):
         (tmp_path / run).mkdir()
         (tmp_path / run / "train.py").write_text(code)
         out = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, cwd=tmp_path / run,
-                             env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
+                             env=dict(os.environ, PYTHONPATH=REPO), timeout=patience(300))
         assert out.returncode == 0, out.stderr[-3000:]
         metrics = ast.literal_eval(out.stdout.strip().splitlines()[-1])
         printed.append({k: v for k, v in metrics.items() if "runtime" not in k and "per_second" not in k})

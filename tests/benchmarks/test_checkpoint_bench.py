@@ -4,6 +4,8 @@ children run with tiny settings and the report renders."""
 import json
 import sys
 
+from patience import patience
+
 from benchmarks import checkpoint, common
 
 
@@ -12,7 +14,7 @@ def test_checkpoint_benchmark_children_run_and_the_report_renders(tmp_path):
     cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "stall,resume", "--save-async", "0,1",
            "--params", "0.3", "--saves", "2", "--every", "3", "--batch", "4", "--out", str(tmp_path),
            "--positions", "10,500", "--epoch-samples", "64000", "--repeats", "1", "--replay-measure", "20"]
-    *results, resume = common.run_child(cmd, timeout=240, all_results=True)
+    *results, resume = common.run_child(cmd, timeout=patience(240), all_results=True)
     stall = []
     for res, mode in zip(results, ("sync", "async")):
         assert res["mode"] == mode and res["saves"] == [3, 6] and len(res["intervals"]) == 8, res["saves"]

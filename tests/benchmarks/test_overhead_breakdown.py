@@ -3,13 +3,15 @@ and --callback-cpu (the training thread's CPU inside each hook). Seconds-long ru
 
 import sys
 
+from patience import patience
+
 from benchmarks import common, overhead
 
 
 def test_without_a_default_runs_the_defaults_minus_it_and_callback_cpu_times_the_hooks():
     cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", "ours,ours-without-Rank0Logger",
            "--workload", "mlp", "--steps", "30", "--warmup", "5", "--callback-cpu"]
-    results = common.run_child(cmd, timeout=240, all_results=True)
+    results = common.run_child(cmd, timeout=patience(240), all_results=True)
     ours, without = results
     assert "Rank0Logger" in ours["callbacks"] and "Rank0Logger" not in without["callbacks"]
     assert set(ours["callbacks"]) - set(without["callbacks"]) == {"Rank0Logger"}

@@ -10,6 +10,7 @@ import json
 import sys
 
 import pytest
+from patience import patience
 
 from benchmarks import allreduce, common, dataloader, overhead
 
@@ -19,7 +20,7 @@ SAME_TRAINING = ("bare", "ours", "ours-quiet", "paddlenlp", "hapi")
 def test_overhead_variants_train_the_same_thing_and_the_report_renders():
     cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", ",".join(overhead.VARIANTS),
            "--workload", "mlp", "--steps", "30", "--warmup", "5"]
-    results = common.run_child(cmd, timeout=240, all_results=True)
+    results = common.run_child(cmd, timeout=patience(240), all_results=True)
     by_variant = {r["variant"]: r for r in results}
     assert set(by_variant) == set(overhead.VARIANTS)
     for r in results:

@@ -12,6 +12,7 @@ import paddle
 import psutil
 import pytest
 from helpers import ToyDataset, make_mlp
+from patience import patience
 
 import callbacks.gpu_monitor
 from callbacks import Callback
@@ -48,7 +49,7 @@ class WaitForSamples(Callback):
         self.monitor, self.n = monitor, n
 
     def on_step_end(self, trainer):
-        deadline = time.time() + 10
+        deadline = time.time() + patience(10)
         while self.monitor.samples < self.n and time.time() < deadline:
             sum(i * i for i in range(2000))
 

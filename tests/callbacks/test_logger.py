@@ -18,6 +18,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, free_port, launch, make_mlp
+from patience import patience
 
 import callbacks.logger
 import callbacks.plots
@@ -174,7 +175,7 @@ def test_stderr_not_a_terminal_gets_one_line_per_logging_step_and_no_redraws(tmp
             "t.fit(); t.evaluate()\n")
     with open(tmp_path / "err.log", "w") as err, open(tmp_path / "out.log", "w") as out:
         subprocess.run([sys.executable, "-c", code, REPO, str(tmp_path / "run")], stdout=out, stderr=err, check=True,
-                       timeout=300, cwd=REPO)
+                       timeout=patience(300), cwd=REPO)
     text = (tmp_path / "out.log").read_text() + (tmp_path / "err.log").read_text()
     assert "\r" not in text and "it/s" not in text and "step/s" not in text  # no bar redraws
     steps = [line for line in text.splitlines() if line.startswith("step=") and " loss=" in line]
@@ -199,7 +200,7 @@ def test_png_of_the_curves_is_written_and_valid(finished):
 
 # ---- (c) what users see: the real VisualDL server ----------------------------------------
 def _get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    with urllib.request.urlopen(url, timeout=patience(10)) as resp:
         body = json.loads(resp.read().decode("utf-8"))
     assert body["status"] == 0, body
     return body["data"]
@@ -218,10 +219,10 @@ def test_visualdl_server_serves_the_loss_curve(finished, tmp_path):
         server = subprocess.Popen(_visualdl_command() + ["--logdir", str(out), "--host", "127.0.0.1", "--port", str(port)],
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + patience(60)
         while True:
             try:
-                with urllib.request.urlopen(base + "/alive", timeout=2) as resp:
+                with urllib.request.urlopen(base + "/alive", timeout=patience(2)) as resp:
                     if resp.status in (200, 204):
                         break
             except OSError:
@@ -238,7 +239,7 @@ def test_visualdl_server_serves_the_loss_curve(finished, tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
-            server.wait(timeout=10)
+            server.wait(timeout=patience(10))
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()

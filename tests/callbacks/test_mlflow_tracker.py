@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from helpers import free_port  # noqa: E402
+from patience import patience
 from tracker_runs import logged, tracker, train, write_results  # noqa: E402
 
 from callbacks import Callback  # noqa: E402
@@ -45,10 +46,10 @@ def mlflow_server(tmp_path_factory):
                              (tmp_path / "server-artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240  # generous: the machine is shared
+    deadline = time.monotonic() + patience(240)  # generous: the machine is shared
     while True:
         try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+            with urllib.request.urlopen(url + "/health", timeout=patience(5)) as r:
                 if r.status == 200:
                     break
         except OSError:
@@ -61,7 +62,7 @@ def mlflow_server(tmp_path_factory):
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=60)
+            proc.wait(timeout=patience(60))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

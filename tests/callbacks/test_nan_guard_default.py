@@ -8,6 +8,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import ToyDataset, make_mlp
+from patience import patience
 from host_syncs import CountSyncs
 
 from callbacks import Callback, LossSpikeRecovery, NaNGuard
@@ -147,7 +148,7 @@ def test_ptrain_exits_5_naming_the_step(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "30", "--learning_rate",
                            "1e20", "--optim", "sgd", "--output_dir", str(tmp_path), "--report_to", "jsonl",
                            "--logging_steps", "10", "--evaluation_strategy", "no"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+                          capture_output=True, text=True, timeout=patience(300), cwd=REPO)
     assert proc.returncode == 5, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(("ptrain: error: NaNGuard: the gradients of step ", "ptrain: error: NaNGuard: the loss of step "))

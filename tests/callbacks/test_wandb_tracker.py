@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from patience import patience
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracker_runs import logged, tracker, train, write_results  # noqa: E402
@@ -30,7 +31,7 @@ def no_key(tmp_path, monkeypatch):
 def records(run_dir):
     """The records of a run's .wandb file, by wandb's own reader."""
     proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", run_dir],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=patience(300))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 

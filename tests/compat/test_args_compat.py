@@ -15,6 +15,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import REPO, make_mlp
+from patience import patience
 
 from trainer import ConfigError, Trainer, TrainingArguments
 from trainer.compat import paddlenlp_fields
@@ -201,7 +202,7 @@ def test_importing_the_project_does_not_import_paddlenlp():
             "trainer.Trainer; trainer.TrainingArguments(output_dir='x')\n"
             "from trainer.compat import door, api, paddlenlp_callbacks, hapi_callbacks, args_convert\n"
             "assert 'paddlenlp' not in sys.modules, sorted(m for m in sys.modules if 'paddlenlp' in m)[:5]\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=patience(300))
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

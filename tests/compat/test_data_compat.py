@@ -49,6 +49,7 @@ import collections, sys
 import paddle
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from helpers import ToyDataset, make_mlp
+from patience import patience
 from trainer import Trainer, TrainingArguments
 
 class Batch(collections.abc.Mapping):  # a Mapping that is not a dict, like paddlenlp's BatchEncoding
@@ -86,7 +87,7 @@ def test_mapping_batches_are_keywords_with_and_without_workers(tmp_path):
     from helpers import REPO
 
     code = MAPPING_WITH_WORKERS.format(repo=REPO, tests=os.path.join(REPO, "tests"), out=str(tmp_path / "out"))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=patience(300), cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ok 0 3" in proc.stdout and "ok 1 3" in proc.stdout
 

@@ -14,6 +14,7 @@ import pytest
 from helpers import REPO, launch
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "oom_toy.py")
+from patience import patience
 # one thread and two malloc arenas: the address space the worker holds does not depend on the machine
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2", CUDA_VISIBLE_DEVICES="",
            PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -22,7 +23,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2", CUDA_VISIBLE_D
 def run_one(out, limit_mib, batch, accum, steps, extra="", env=None):
     os.makedirs(out, exist_ok=True)
     proc = subprocess.run([sys.executable, WORKER, out, str(limit_mib), "-1", str(batch), str(accum), str(steps), "1",
-                           extra], env=env or ENV, cwd=REPO, capture_output=True, text=True, timeout=600)
+                           extra], env=env or ENV, cwd=REPO, capture_output=True, text=True, timeout=patience(600))
     return proc, result(out, 0)
 
 
@@ -62,7 +63,7 @@ def test_two_processes_agree_when_only_one_runs_out_of_memory(tmp_path):
         out = str(tmp_path / name)
         os.makedirs(out)
         # only rank 1 is limited: rank 0 never fails and must retry with it instead of waiting in the all-reduce
-        launch(WORKER, [out, limit, 1, 2048, 2, 3, 1], nproc=2, log_dir=str(tmp_path / f"log-{name}"), timeout=600)
+        launch(WORKER, [out, limit, 1, 2048, 2, 3, 1], nproc=2, log_dir=str(tmp_path / f"log-{name}"), timeout=patience(600))
         outs[name] = [result(out, r) for r in (0, 1)]
     (f0, pf0), (f1, pf1) = outs["free"]
     (l0, pl0), (l1, pl1) = outs["limited"]

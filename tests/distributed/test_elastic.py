@@ -20,6 +20,7 @@ import numpy as np
 import psutil
 import pytest
 from helpers import REPO, free_port, process_tree
+from patience import patience
 from safetensors.numpy import load_file
 
 TRIALS = int(os.environ.get("PTRAIN_ELASTIC_TRIALS", "1"))
@@ -59,10 +60,10 @@ class Etcd:
              "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"t={peer}"],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
+        deadline = time.time() + patience(60)
         while time.time() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection(("127.0.0.1", self.port), timeout=patience(1)):
                     return
             except OSError:
                 assert self.proc.poll() is None, open(self.log.name).read()[-2000:]
@@ -72,7 +73,7 @@ class Etcd:
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=patience(30))
         self.log.close()
 
 
@@ -133,7 +134,7 @@ def nodes():
     yield started
     for node in started:  # leave no process behind, whatever happened
         node.kill()
-        node.proc.wait(timeout=30)
+        node.proc.wait(timeout=patience(30))
 
 
 def worker_pid(out, rank):
@@ -219,7 +220,7 @@ def reference(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("reference") / "out")
     done = subprocess.run([sys.executable, "-m", "trainer.cli", "launch", "--nproc", "2",
                            "--log_dir", out + "-logs", WORKER, out, str(STEPS), "0"],
-                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=400)
+                          env=ENV, cwd=REPO, capture_output=True, text=True, timeout=patience(400))
     assert done.returncode == 0, done.stderr[-3000:]
     return final_model(out), result(out)
 
@@ -328,7 +329,7 @@ def test_node_beyond_nnodes_max_is_refused_and_never_disturbs_the_running_nodes(
     third = Node("n2", str(tmp_path), etcd.url, job, out, "2", steps=steps)
     nodes.append(third)
     started = time.time()
-    code = third.wait(timeout=180)
+    code = third.wait(timeout=patience(180))
     text = third.output()
     refused = [line for line in text.splitlines() if line.startswith("ptrain: error:")]
     assert code == 2, text[-4000:]

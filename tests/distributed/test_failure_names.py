@@ -13,6 +13,7 @@ import psutil
 from helpers import REPO, free_port
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
+from patience import patience
 ENV = dict(os.environ, PYTHONPATH=REPO)
 PTRAIN = [sys.executable, "-m", "trainer.cli"]
 
@@ -24,14 +25,14 @@ def test_a_dataloader_worker_killed_by_sigkill_is_named_and_restartable(tmp_path
                                       "--report_to", "jsonl", "--evaluation_strategy", "no"],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline, victim = time.time() + 120, None
+        deadline, victim = time.time() + patience(120), None
         while victim is None:
             assert proc.poll() is None and time.time() < deadline, "no DataLoader worker appeared"
             kids = psutil.Process(proc.pid).children() if (out / "metrics.jsonl").exists() else []
             victim = kids[0] if kids else None
             time.sleep(0.05)
         victim.kill()  # what the OOM killer does
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=patience(120))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -45,7 +46,7 @@ def test_a_data_error_on_rank_1_alone_exits_3_on_ptrains_console_without_restart
     out = tmp_path / "out"
     done = subprocess.run(PTRAIN + ["launch", "--nproc", "2", "--max_restarts", "1", "--master",
                                     f"127.0.0.1:{free_port()}", os.path.join(WORKERS, "data_error_toy.py"), str(out)],
-                          env=ENV, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          env=ENV, capture_output=True, text=True, timeout=patience(300), cwd=tmp_path)
     text = done.stdout + done.stderr
     assert done.returncode == 3, text[-3000:]
     assert "ptrain: rank 1 failed (exit 3): DataError: sample" in done.stderr, text[-3000:]
@@ -56,19 +57,19 @@ def test_the_advice_after_etcd_is_lost_is_a_command_that_works(tmp_path):
     master = f"127.0.0.1:{free_port()}"  # nothing listens there: etcd is gone
     cmd = ["run", "digits", "--output_dir", "run", "--max_steps", "20", "--master", f"etcd://{master}",
            "--job_id", "j19", "--elastic_timeout", "6"]
-    done = subprocess.run(PTRAIN + cmd, env=ENV, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    done = subprocess.run(PTRAIN + cmd, env=ENV, capture_output=True, text=True, timeout=patience(240), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     (line,) = [x for x in done.stderr.splitlines() if "unreachable" in x]
     advised = line.split("then run ", 1)[1].split(" (it resumes")[0]
     assert advised.startswith("ptrain run digits") and "--resume_from_checkpoint auto" in advised
     # the job left checkpoints: a new command of the same job is refused unless it resumes, the advised one is not
     first = subprocess.run(PTRAIN + ["run", "digits", "--output_dir", "run", "--max_steps", "10", "--save_steps", "5",
-                                     "--disable_tqdm", "true"], env=ENV, capture_output=True, text=True, timeout=240,
+                                     "--disable_tqdm", "true"], env=ENV, capture_output=True, text=True, timeout=patience(240),
                            cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    same = subprocess.run(PTRAIN + cmd, env=ENV, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    same = subprocess.run(PTRAIN + cmd, env=ENV, capture_output=True, text=True, timeout=patience(240), cwd=tmp_path)
     assert "holds checkpoints of an earlier run" in same.stderr
-    again = subprocess.run(PTRAIN + shlex.split(advised)[1:], env=ENV, capture_output=True, text=True, timeout=240,
+    again = subprocess.run(PTRAIN + shlex.split(advised)[1:], env=ENV, capture_output=True, text=True, timeout=patience(240),
                            cwd=tmp_path)
     assert again.returncode == 2 and "holds checkpoints" not in again.stderr and "unreachable" in again.stderr, \
         again.stderr
@@ -83,14 +84,14 @@ def test_kill_9_of_rank_0_during_saves_is_reported_as_137(tmp_path):
                                       "--evaluation_strategy", "no", "--disable_tqdm", "true"],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 180
+        deadline = time.time() + patience(180)
         while not (out / "checkpoints" / "latest").exists():
             assert proc.poll() is None and time.time() < deadline, "no checkpoint was saved"
             time.sleep(0.05)
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
                  if "launch_entry" in " ".join(p.cmdline()) and p.environ().get("PADDLE_TRAINER_ID") == "0"]
         ranks[0].send_signal(signal.SIGKILL)
-        text, _ = proc.communicate(timeout=120)
+        text, _ = proc.communicate(timeout=patience(120))
     finally:
         if proc.poll() is None:
             proc.kill()

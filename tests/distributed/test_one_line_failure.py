@@ -10,13 +10,14 @@ import sys
 from helpers import REPO, free_port
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "float_labels_toy.py")
+from patience import patience
 
 
 def test_float_labels_on_two_ranks_are_one_line_and_exit_3(tmp_path):
     logs = tmp_path / "logs"
     done = subprocess.run([sys.executable, "-m", "trainer.cli", "launch", "--nproc", "2", "--master",
                            f"127.0.0.1:{free_port()}", "--log_dir", str(logs), WORKER, str(tmp_path / "out")],
-                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=patience(300),
                           cwd=tmp_path)
     text = done.stdout + done.stderr
     assert done.returncode == 3, text[-3000:]

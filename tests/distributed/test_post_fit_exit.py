@@ -18,11 +18,12 @@ import pytest
 from helpers import REPO
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "post_fit_toy.py")
+from patience import patience
 ENV = dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS="20")
 
 
 def _wait_for_step_20(proc, out, ranks):
-    deadline = time.time() + 240
+    deadline = time.time() + patience(240)
     while not all(os.path.exists(os.path.join(out, f"at-20-rank{r}")) for r in range(ranks)):
         assert proc.poll() is None, f"ended early: {proc.communicate()[0][-3000:]}"
         assert time.time() < deadline, "step 20 never came"
@@ -39,7 +40,7 @@ def test_ctrl_c_under_ptrain_launch_exits_130_whatever_follows_fit(tmp_path, aft
                             text=True)
     _wait_for_step_20(proc, out, 2)
     proc.send_signal(signal.SIGINT)  # a Ctrl-C reaches ptrain alone (the launcher has its own process group)
-    text, _ = proc.communicate(timeout=180)
+    text, _ = proc.communicate(timeout=patience(180))
     logs = "".join(open(os.path.join(tmp_path, "logs", n), errors="replace").read()
                    for n in sorted(os.listdir(tmp_path / "logs")) if n.startswith("workerlog"))
     assert proc.returncode == 130, text[-3000:] + logs[-3000:]
@@ -61,7 +62,7 @@ def test_ctrl_c_to_a_plain_python_script_exits_130(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for_step_20(proc, out, 1)
     proc.send_signal(signal.SIGINT)
-    text, _ = proc.communicate(timeout=120)
+    text, _ = proc.communicate(timeout=patience(120))
     assert proc.returncode == 130, text[-3000:]
     assert open(os.path.join(out, "fit-rank0")).read() == "preempted 130"
     assert open(os.path.join(out, "after-rank0")).read() == "ran on"  # the script's own code after fit() ran
@@ -97,7 +98,7 @@ def test_under_the_raw_launcher_a_rank_says_where_its_sigterm_came_from(tmp_path
                             text=True)
     _wait_for_step_20(proc, out, 2)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=180)
+    proc.communicate(timeout=patience(180))
     logs = [open(os.path.join(tmp_path, "logs", f"workerlog.{r}"), errors="replace").read() for r in (0, 1)]
     assert "received SIGTERM from paddle's launcher, which stops its ranks with SIGTERM also after a Ctrl-C" in logs[0]
     for rank, log in enumerate(logs):  # (rank 1 logs errors only)

@@ -11,6 +11,7 @@ import numpy as np
 from helpers import REPO, free_port
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "preempt_toy.py")
+from patience import patience
 ENV = dict(os.environ, PYTHONPATH=REPO)
 
 
@@ -39,7 +40,7 @@ def test_sigterm_saves_exits_143_and_resume_is_exact(tmp_path):
     proc = subprocess.Popen([sys.executable, WORKER, run, "60"], env=ENV, stderr=subprocess.PIPE, text=True)
     wait_for(os.path.join(run, "at-20-rank0"), proc)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=patience(60))
     assert proc.returncode == 143, err[-2000:]
     params, path = final_params(run)
     assert path.endswith("preempted.npz") and 20 <= int(params["step"]) < 60
@@ -66,7 +67,7 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(tmp_path):
         rank1_pid = int(f.read())
     # signal only rank 1: both ranks must agree and stop at the same step
     os.kill(rank1_pid, signal.SIGTERM)
-    launcher.communicate(timeout=120)
+    launcher.communicate(timeout=patience(120))
     p0, path0 = final_params(out, 0)
     p1, path1 = final_params(out, 1)
     assert path0.endswith("preempted.npz") and path1.endswith("preempted.npz")

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 from helpers import REPO
+from patience import patience
 from safetensors.numpy import load_file
 
 RUN = ["run", "digits", "--nproc", "2", "--num_train_epochs", "24", "--save_strategy", "steps",
@@ -44,13 +45,13 @@ def test_killed_rank_restarts_from_checkpoint_and_matches_uninterrupted_run(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", *RUN, "--output_dir", hurt, "--max_restarts", "1"],
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    deadline = time.time() + 120
+    deadline = time.time() + patience(120)
     while not glob.glob(os.path.join(hurt, "checkpoints", "step-*")) and time.time() < deadline:
         time.sleep(0.05)
     pid = rank_pid(hurt, 1)
     assert pid, "rank 1 not found"
     os.kill(pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=patience(300))
     assert proc.returncode == 0, err[-3000:]
     assert "restart 1 of 1 from the latest checkpoint" in err
     step_ref, want = final_model(ref)
@@ -64,11 +65,11 @@ def test_crashed_rank_without_restarts_ends_the_job_fast_and_names_the_log(tmp_p
     out = str(tmp_path / "crash")
     proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", *RUN, "--output_dir", out], env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    deadline = time.time() + 120
+    deadline = time.time() + patience(120)
     while not glob.glob(os.path.join(out, "checkpoints", "step-*")) and time.time() < deadline:
         time.sleep(0.05)
     os.kill(rank_pid(out, 1), signal.SIGKILL)
     killed_at = time.time()
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=patience(120))
     assert proc.returncode != 0 and time.time() - killed_at < 30
     assert "failed with exit code" in err and "launch_logs" in err

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import REPO, launch
+from patience import patience
 
 from trainer import ConfigError, TrainingArguments
 
@@ -30,7 +31,7 @@ def runs(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
     env["PYTHONPATH"] = REPO
     proc = subprocess.run([sys.executable, WORKER, part, "resumed", "0", "auto"], capture_output=True, text=True,
-                          timeout=240, cwd=REPO, env=env)
+                          timeout=patience(240), cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return full, part, proc.stderr
 
@@ -68,7 +69,7 @@ def test_a_relaunch_with_the_original_flags_keeps_the_accumulation_set_for_the_n
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
     env["PYTHONPATH"] = REPO
     proc = subprocess.run([sys.executable, WORKER, again, "again", "0", "auto"], capture_output=True, text=True,
-                          timeout=240, cwd=REPO, env=env)
+                          timeout=patience(240), cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = _result(again, "again")
     assert result["accumulation"] == 2 and result["global_step"] == 18 and result["max_steps"] == 18

@@ -26,6 +26,7 @@ import pytest
 from helpers import REPO, free_port
 
 pytestmark = pytest.mark.timeout(900)
+from patience import patience
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "squeue")
 STEPS = 2000
@@ -123,7 +124,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self.procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env), log))
 
     def run(self, *cmd, check=False):
-        done = subprocess.run(list(cmd), capture_output=True, text=True, env=self.env, timeout=60, cwd=self.root)
+        done = subprocess.run(list(cmd), capture_output=True, text=True, env=self.env, timeout=patience(60), cwd=self.root)
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)}: exit {done.returncode}: {done.stderr.strip()}")
         return done
@@ -156,14 +157,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         """Cancel every job, stop every daemon; return what was left running (nothing, or the assertion fails)."""
         if any(name == "slurmctld" and p.poll() is None for name, p, _ in self.procs):
             self.run("scancel", "--full", "--user", "root")
-            deadline = time.time() + 60
+            deadline = time.time() + patience(60)
             while (self.run("squeue", "-h").stdout.strip() or self._steps()) and time.time() < deadline:
                 time.sleep(0.5)  # a finished job's slurmstepd reports to slurmctld, then exits
         for name, proc, log in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 try:
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=patience(30))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
@@ -197,7 +198,7 @@ def cluster(tmp_path_factory):
 def uninterrupted(tmp_path_factory, cluster):
     out = tmp_path_factory.mktemp("uninterrupted") / "run"
     done = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--output_dir", str(out),
-                           *TRAIN.split()], capture_output=True, text=True, env=cluster.env, timeout=600, cwd=REPO)
+                           *TRAIN.split()], capture_output=True, text=True, env=cluster.env, timeout=patience(600), cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 

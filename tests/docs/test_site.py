@@ -18,6 +18,7 @@ import pytest
 from helpers import REPO
 
 # found, not imported (the handler takes ~0.5 s to import, in every worker that collects the suite)
+from patience import patience
 DOCS_PACKAGES = ("mkdocs", "mkdocstrings_handlers", "material")
 pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in DOCS_PACKAGES),
                                 reason="the docs extra is not installed: pip install -e '.[docs]'")
@@ -39,7 +40,7 @@ def site(tmp_path_factory):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=REPO)
     start = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=patience(600))
     assert result.returncode == 0, result.stderr[-5000:]
     print(f"mkdocs build --strict: {time.monotonic() - start:.1f} s")
     return out

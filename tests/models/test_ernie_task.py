@@ -14,6 +14,7 @@ import paddle
 import pytest
 
 from helpers import REPO, free_port
+from patience import patience
 from models.ernie import data as D
 from models.ernie.batching import LengthBucketing, TokenDataset, collate
 from models.ernie.metrics import classification_metrics
@@ -168,7 +169,7 @@ def test_pretrained_name_offline_says_how_to_pass_a_local_directory(tmp_path, da
                HTTP_PROXY="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9")
     (tmp_path / "ppnlp").mkdir()
     proc = ptrain("run", "ernie", "--model_name_or_path", "ernie-1.0", "--data_dir", data_dir,
-                  "--output_dir", str(tmp_path / "o"), env=env, timeout=120)
+                  "--output_dir", str(tmp_path / "o"), env=env, timeout=patience(120))
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last.startswith("ptrain: error: model_name_or_path='ernie-1.0' could not be fetched (no network?)")

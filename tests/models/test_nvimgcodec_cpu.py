@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import REPO
+from patience import patience
 from PIL import Image
 
 from models.resnet import jpeg_regions
@@ -43,7 +44,7 @@ def _probe(tmp_path, env_path=None):
     if env_path:
         env["NVIMGCODEC_EXTENSIONS_PATH"] = env_path
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "x.jpg")], env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=patience(120))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "nvJPEG" not in done.stderr, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers import REPO
+from patience import patience
 from PIL import Image
 
 from models.resnet.dali import dali_missing
@@ -164,7 +165,7 @@ def test_ptrain_fails_naming_the_oversized_image_and_refuses_a_negative_limit(tm
 
     def ptrain(*args):
         return subprocess.run([sys.executable, "-m", "trainer.cli", *common, *args], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+                              cwd=tmp_path, timeout=patience(600), env=dict(os.environ, PYTHONPATH=REPO))
 
     failed = ptrain("--bad_images", "fail")
     assert failed.returncode == BadImageError.exit_code, failed.stderr[-3000:]

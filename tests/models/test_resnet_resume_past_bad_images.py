@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers import REPO
+from patience import patience
 from PIL import Image
 
 from models.resnet.dali import dali_missing
@@ -80,7 +81,7 @@ def test_a_run_resumed_past_a_skipped_image_ends_bitwise_equal(tmp_path, backend
 
     def ptrain(*args):
         out = subprocess.run([sys.executable, "-m", "trainer.cli", *common, *args], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=900, env=dict(os.environ, PYTHONPATH=REPO))
+                             cwd=tmp_path, timeout=patience(900), env=dict(os.environ, PYTHONPATH=REPO))
         assert out.returncode == 0, out.stderr[-3000:]
         return out
 

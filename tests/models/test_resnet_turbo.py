@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 import paddle.vision.transforms as T
 import pytest
+from patience import patience
 from PIL import Image
 
 from models.resnet import crops
@@ -249,7 +250,7 @@ def test_a_run_with_two_loader_workers_resumed_at_a_step_boundary_ends_bitwise_e
 
     def ptrain(*args):
         out = subprocess.run([sys.executable, "-m", "trainer.cli", *common, *args], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+                             cwd=tmp_path, timeout=patience(300), env=dict(os.environ, PYTHONPATH=REPO))
         assert out.returncode == 0, out.stderr[-3000:]
 
     ptrain("--output_dir", "full")

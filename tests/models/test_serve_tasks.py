@@ -19,6 +19,7 @@ import urllib.request
 import zlib
 
 import pytest
+from patience import patience
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = dict(os.environ, PYTHONPATH=REPO)
@@ -53,7 +54,7 @@ class serving:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/predict", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=60) as r:
+            with urllib.request.urlopen(req, timeout=patience(60)) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())

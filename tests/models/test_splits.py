@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import REPO
+from patience import patience
 
 from models import splits
 from models.digits.data import digits_arrays, load_splits
@@ -67,7 +68,7 @@ def test_a_digits_run_with_a_warm_cache_never_imports_scikit_learn(tmp_path):
     lines = []
     for _ in range(2):  # the first run fills the cache, the second reads it
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=240, env=env)
+                             timeout=patience(240), env=env)
         assert out.returncode == 0, out.stderr[-2000:]
         lines.append(next(line for line in out.stdout.splitlines() if line.startswith("IMPORTED")))
     assert lines == ["IMPORTED ['scipy', 'sklearn']", "IMPORTED []"]

@@ -16,6 +16,7 @@ import numpy as np
 from helpers import REPO, launch
 
 WORKER = os.path.join(REPO, "tests", "distributed", "workers", "parallel_toy.py")
+from patience import patience
 HIDDEN = 1040  # 1040 x 1040 = 1,081,600 weights > 2**20: stage 3 really slices the blocks' weights
 VARIANTS = {
     "plain": {},
@@ -41,14 +42,14 @@ def one_process(out: str, variant: str):
     opts.pop("recompute", None)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO)
     subprocess.run([sys.executable, WORKER, out, json.dumps(opts)], check=True, env=env, cwd=REPO,
-                   capture_output=True, timeout=300)
+                   capture_output=True, timeout=patience(300))
     return load(out, 0)
 
 
 def check_two_ranks(mode: str, variant: str, reference, tmp_path) -> None:
     out = str(tmp_path / "two")
     os.makedirs(out)
-    launch(WORKER, [out, json.dumps(options(mode, variant))], nproc=2, log_dir=str(tmp_path / "logs"), timeout=400)
+    launch(WORKER, [out, json.dumps(options(mode, variant))], nproc=2, log_dir=str(tmp_path / "logs"), timeout=patience(400))
     (r0, p0), (r1, p1) = load(out, 0), load(out, 1)
     ref, ref_params = reference
     stage = STAGES[mode]

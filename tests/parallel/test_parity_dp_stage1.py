@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 from helpers import launch
+from patience import patience
 from parallel.parity import VARIANTS, WORKER, check_two_ranks, load, options
 
 
@@ -24,7 +25,7 @@ def test_ranks_agree_on_skipping_a_step_whose_gradients_only_one_rank_sees_non_f
     out = str(tmp_path / "two")
     os.makedirs(out)
     opts = {"global_batch": 16, "hidden": 64, "steps": 4, "sharding": "stage1", "nan_grad_at_step": 2}
-    launch(WORKER, [out, json.dumps(opts)], nproc=2, log_dir=str(tmp_path / "logs"), timeout=400)
+    launch(WORKER, [out, json.dumps(opts)], nproc=2, log_dir=str(tmp_path / "logs"), timeout=patience(400))
     (r0, p0), (r1, p1) = load(out, 0), load(out, 1)
     assert r0["skipped_steps"] == r1["skipped_steps"] == 1
     assert r0["losses"] == r1["losses"] and all(np.isfinite(r0["losses"]))
@@ -39,7 +40,7 @@ def test_master_gradients_under_stage1_train_like_one_process(reference, tmp_pat
     out = str(tmp_path / "two")
     os.makedirs(out)
     opts = {**options("stage1", "plain"), "master_grad": True}
-    launch(WORKER, [out, json.dumps(opts)], nproc=2, log_dir=str(tmp_path / "logs"), timeout=400)
+    launch(WORKER, [out, json.dumps(opts)], nproc=2, log_dir=str(tmp_path / "logs"), timeout=patience(400))
     (r0, _), (r1, _) = load(out, 0), load(out, 1)
     ref, _ = reference("plain")
     assert r0["optimizer"] == "HybridParallelOptimizer" and r0["losses"] == r1["losses"]

@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, make_mlp
+from patience import patience
 
 from trainer import DataError, Trainer, TrainingArguments, TrainingError
 from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME
@@ -193,7 +194,7 @@ def test_data_errors_exit_3_in_one_line_from_ptrain(tmp_path):
         + "from test_clear_errors import Samples, fit\nfrom trainer.errors import TrainerError\n"
         + "try:\n    fit(%r, Samples(label_at=2, label=12), per_device_train_batch_size=16, max_steps=1)\n" % str(tmp_path / "o")
         + "except TrainerError as exc:\n    print(f'ptrain: error: {exc}', file=sys.stderr); sys.exit(exc.exit_code)\n")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=patience(300))
     assert proc.returncode == 3 and "label 12 of sample 2" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -212,7 +213,7 @@ def test_resume_without_a_callback_whose_state_was_empty_does_not_warn(tmp_path,
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, save_steps=2, report_to=[],
                              evaluation_strategy="no", save_async=False)
     Trainer(make_mlp(), args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss(),
-            callbacks=[StallWatchdog(timeout=600)]).fit()
+            callbacks=[StallWatchdog(timeout=patience(600))]).fit()
     caplog.set_level(logging.WARNING)
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, save_strategy="no", report_to=[],
                              evaluation_strategy="no", resume_from_checkpoint="auto")

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from helpers import REPO, free_port
+from patience import patience
 
 from trainer.device import plan_device
 from trainer.errors import ConfigError
@@ -22,7 +23,7 @@ def _launch(tmp_path, launch_args, device="auto", extra_env=None):
            "--log_dir", str(tmp_path / "log"), WORKER, str(out), device]
     env = dict(os.environ, PYTHONPATH=REPO, **(extra_env or {}))
     env.pop("FLAGS_selected_gpus", None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patience(240), env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     ranks = []
     for name in sorted(os.listdir(out)):

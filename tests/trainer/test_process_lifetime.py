@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 from helpers import REPO
+from patience import patience
 
 from trainer.checkpoint.manifest import verify
 
@@ -73,7 +74,7 @@ def test_dataloader_workers_stay_constant_over_epochs(tmp_path):
     """40 epochs with 2 workers: never more than the 2 workers of the running epoch; fds level off."""
     out = str(tmp_path)
     proc = start(out, "epochs", 2)
-    _, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=patience(300))
     assert proc.returncode == 0, err[-3000:]
     rows = json.load(open(os.path.join(out, "epochs.json")))
     assert len(rows) == 40
@@ -91,7 +92,7 @@ def test_kill9_of_the_trainer_leaves_no_dataloader_worker(tmp_path):
     pids = json.load(open(os.path.join(out, "pids-rank0.json")))
     assert len(pids) >= 3  # the trainer and its 2 workers
     proc.kill()
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=patience(30))
     assert gone_within(pids[1:], 15) == []
 
 
@@ -104,11 +105,11 @@ def test_sigterm_with_a_blocked_getitem_saves_the_last_step(tmp_path, workers):
     wait_for(os.path.join(out, "at-10-rank0"), proc)
     pids = json.load(open(os.path.join(out, "pids-rank0.json")))
     open(os.path.join(out, "block"), "w").close()
-    wait_for(os.path.join(out, "stall-rank0.txt"), proc, timeout=60)  # reported while it lasts
+    wait_for(os.path.join(out, "stall-rank0.txt"), proc, timeout=patience(60))  # reported while it lasts
     last = int(open(os.path.join(out, "last-rank0")).read())
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=patience(120))
     elapsed = time.time() - t0
     assert proc.returncode == 143, err[-3000:]
     assert elapsed < 30, err[-3000:]
@@ -124,6 +125,6 @@ def test_die_with_parent_covers_a_parent_already_gone():
     code = ("import signal, time; from trainer.process import die_with_parent; "
             "assert die_with_parent(signal.SIGTERM, parent_pid=-7); time.sleep(60)")
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=60, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], env=ENV, timeout=patience(60), capture_output=True, text=True)
     assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
     assert time.time() - t0 < 30

@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 from helpers import REPO
+from patience import patience
 
 
 def _run(folder):
     (folder / "train.py").write_text("from trainer import Trainer\nprint('imported')\n")
-    return subprocess.run([sys.executable, "train.py"], cwd=folder, capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "train.py"], cwd=folder, capture_output=True, text=True, timeout=patience(120),
                           env=dict(os.environ, PYTHONPATH=REPO))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, make_mlp
+from patience import patience
 from PIL import Image
 
 from trainer import ConfigError, Trainer, TrainingArguments
@@ -106,7 +107,7 @@ def ptrain(*args, cwd):
     return subprocess.run([sys.executable, "-m", "trainer.cli", "run", "resnet", "--data_dir", "data", "--depth", "18",
                            "--image_size", "32", "--resize_size", "36", "--per_device_train_batch_size", "4",
                            "--evaluation_strategy", "no", "--disable_tqdm", "true", "--save_steps", "2", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+                          capture_output=True, text=True, cwd=cwd, timeout=patience(600), env=dict(os.environ, PYTHONPATH=REPO))
 
 
 def test_an_imagefolder_with_one_image_removed_and_another_added_is_refused_naming_both(tmp_path):

@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import pytest
+from patience import patience
 from ownership_procs import (LEASE, Proc, container, digits, env, has_checkpoint, leftovers, lock_of,
                              needs_namespaces, wait_for)
 
@@ -99,7 +100,7 @@ def test_a_paused_owner_taken_over_stops_with_7_naming_the_new_owner(tmp_path, p
     owner = lock_of(out)
     wait_for(lambda: other.p.poll() is not None or latest_step(out) > paused_at + 20, "a checkpoint of the second")
     resume(stopped)
-    code = first.wait(timeout=240)
+    code = first.wait(timeout=patience(240))
     text = first.output()
     assert code == 7, text[-3000:]
     lines = [line for line in text.splitlines() if line.startswith("ptrain: error:")]
@@ -107,7 +108,7 @@ def test_a_paused_owner_taken_over_stops_with_7_naming_the_new_owner(tmp_path, p
     assert f"output_dir {out} is no longer this run's" in lines[0] and "took it over (generation 2" in lines[0]
     if owner is not None:
         assert f"process {owner['pid']} on host {owner['host']}" in lines[0], lines[0]
-    assert other.wait(timeout=240) == 0, other.output()[-3000:]
+    assert other.wait(timeout=patience(240)) == 0, other.output()[-3000:]
     # one run's files: its checkpoints, its latest, its run id, its metrics, its results
     run_id = run_of(out)
     assert {m["run_id"] for m in manifests(out).values()} == {run_id}
@@ -129,7 +130,7 @@ def _faketime_works() -> str:
     if not shutil.which("faketime"):
         return "faketime (Debian's faketime / libfaketime) is not installed"
     done = subprocess.run(["faketime", "-f", "+60s", "python3", "-c", "import time; print(time.time())"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=patience(60))
     try:
         ahead = float(done.stdout.strip()) - time.time()
     except ValueError:
@@ -151,7 +152,7 @@ def test_a_paused_owner_or_a_clock_60s_ahead_never_takes_over_a_live_owner_here(
         time.sleep(float(LEASE) * 2)
         second = Proc(digits(out, "--resume_from_checkpoint", "auto", steps=40), tmp_path, "paused")
         procs.append(second)
-        assert second.wait(timeout=180) == 2, second.output()[-3000:]
+        assert second.wait(timeout=patience(180)) == 2, second.output()[-3000:]
         assert f"in use by live process {first.p.pid} on" in second.output()
         assert lock_of(out)["token"] == owner["token"]
     finally:
@@ -163,12 +164,12 @@ def test_a_paused_owner_or_a_clock_60s_ahead_never_takes_over_a_live_owner_here(
     ahead = Proc(["faketime", "-f", "+60s", *digits(out, "--resume_from_checkpoint", "auto", steps=40)],
                  tmp_path, "ahead", env=env(FAKETIME_DONT_FAKE_MONOTONIC="1"))
     procs.append(ahead)
-    assert ahead.wait(timeout=180) == 2, ahead.output()[-3000:]
+    assert ahead.wait(timeout=patience(180)) == 2, ahead.output()[-3000:]
     assert f"in use by live process {first.p.pid} on" in ahead.output()
     now = lock_of(out)
     assert now["token"] == owner["token"] and now["generation"] == 1 and first.p.poll() is None
     first.p.send_signal(signal.SIGTERM)  # the owner carries on untouched: preempted now, it saves and exits 143
-    assert first.wait(timeout=180) == 143, first.output()[-3000:]
+    assert first.wait(timeout=patience(180)) == 143, first.output()[-3000:]
     assert not (out / LOCK_NAME).exists() and leftovers(first) == []
 
 
@@ -179,7 +180,7 @@ def test_results_json_of_a_completed_run_is_gone_once_another_run_claims(tmp_pat
     out = tmp_path / "out"
     done = Proc(digits(out, steps=40), tmp_path, "done")
     procs.append(done)
-    assert done.wait(timeout=180) == 0, done.output()[-3000:]
+    assert done.wait(timeout=patience(180)) == 0, done.output()[-3000:]
     assert json.loads((out / "results.json").read_text())["status"] == "completed"
     old_run = run_of(out)
     again = Proc(digits(out, "--overwrite_output_dir", "true", "--learning_rate", "0.01"), tmp_path, "again")
@@ -188,11 +189,11 @@ def test_results_json_of_a_completed_run_is_gone_once_another_run_claims(tmp_pat
              proc=again)
     assert not (out / "results.json").exists()  # removed at the claim, before any step
     again.p.send_signal(signal.SIGTERM)
-    assert again.wait(timeout=180) == 143, again.output()[-3000:]
+    assert again.wait(timeout=patience(180)) == 143, again.output()[-3000:]
     assert not (out / "results.json").exists()
     resumed = Proc(digits(out, "--resume_from_checkpoint", "auto", "--learning_rate", "0.01", steps=latest_step(out) + 20),
                    tmp_path, "resumed")
     procs.append(resumed)
-    assert resumed.wait(timeout=180) == 0, resumed.output()[-3000:]
+    assert resumed.wait(timeout=patience(180)) == 0, resumed.output()[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "completed" and results["global_step"] == latest_step(out)

@@ -10,6 +10,7 @@ import time
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, make_mlp
+from patience import patience
 
 from trainer import ConfigError, Trainer, TrainingArguments
 from trainer.checkpoint.fence import GENERATION_FILE
@@ -121,7 +122,7 @@ def test_racing_processes_never_both_own_the_lock(tmp_path):
             pids.append(pid)
         os.write(go_w, b"x" * RACERS)
         answers = b""
-        deadline = time.time() + 60
+        deadline = time.time() + patience(60)
         while len(answers) < RACERS and time.time() < deadline:
             answers += os.read(report_r, RACERS)
         os.write(done_w, b"x" * RACERS)
@@ -243,7 +244,7 @@ def test_two_process_ptrain_run_is_owned_by_ptrain(tmp_path):
             except (OSError, ValueError):
                 pass
             time.sleep(0.05)
-        stdout, stderr = proc.communicate(timeout=300)
+        stdout, stderr = proc.communicate(timeout=patience(300))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -274,7 +275,7 @@ def test_two_nodes_of_one_job_share_the_lock(tmp_path):
             except (OSError, ValueError):
                 pass
             time.sleep(0.05)
-        results = [n.communicate(timeout=60) for n in nodes]
+        results = [n.communicate(timeout=patience(60)) for n in nodes]
     finally:
         for n in nodes:
             if n.poll() is None:
@@ -345,7 +346,7 @@ def test_the_holders_heartbeat_renews_its_lease_off_the_training_thread(tmp_path
     try:
         first = json.loads((tmp_path / LOCK_NAME).read_text())
         assert first["lease"] == 1.5 and first["beat"] == 0 and first["pidns"] and first["boot"]
-        deadline = time.time() + 30
+        deadline = time.time() + patience(30)
         while json.loads((tmp_path / LOCK_NAME).read_text())["beat"] < 2 and time.time() < deadline:
             time.sleep(0.1)
         now = json.loads((tmp_path / LOCK_NAME).read_text())

@@ -8,6 +8,7 @@ import sys
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, make_mlp
+from patience import patience
 
 from trainer import DataError, Trainer, TrainingArguments
 from trainer.checkpoint.manifest import verify
@@ -65,7 +66,7 @@ def test_ptrain_inspect_calls_version_999_invalid(run_dir, tmp_path):
     shutil.copytree(run_dir, out)
     _set_version(str(out / "checkpoints" / "step-4"), 999)
     proc = subprocess.run([sys.executable, "-m", "trainer.cli", "inspect", str(out)], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+                          cwd=REPO, timeout=patience(120))
     line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("step-4"))
     assert "INVALID" in line and "format_version 999" in line, proc.stdout
     assert "resume 'auto' would take: step-2" in proc.stdout

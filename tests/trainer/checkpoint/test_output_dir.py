@@ -9,6 +9,7 @@ import sys
 import paddle
 import pytest
 from helpers import REPO, ToyDataset, make_mlp
+from patience import patience
 
 from trainer import ConfigError, Trainer, TrainingArguments
 from trainer.errors import cli_terms
@@ -90,7 +91,7 @@ def _ptrain(*argv):
     for name in (JOB_ENV, "PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_JOB_ID"):
         env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", *argv], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=REPO)
+                          text=True, timeout=patience(300), env=env, cwd=REPO)
 
 
 def test_ptrain_refuses_a_fresh_run_in_one_line_and_overwrites_when_asked(tmp_path):

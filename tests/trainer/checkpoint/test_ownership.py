@@ -9,6 +9,7 @@ host touched nothing of the live job), 6 (a second command with the same --job_i
 import signal
 
 import pytest
+from patience import patience
 from ownership_procs import (Proc, container, digits, env, has_checkpoint, leftovers, lock_of, metric_steps,
                              needs_namespaces, wait_for)
 
@@ -27,7 +28,7 @@ def test_container_killed_and_restarted_resumes_after_the_lease(tmp_path, procs)
     procs.append(first)
     wait_for(lambda: has_checkpoint(out) and (lock_of(out) or {}).get("pid") == 1, "a checkpoint", proc=first)
     first.kill9_entry_point()
-    assert first.wait(timeout=60) != 0
+    assert first.wait(timeout=patience(60)) != 0
     assert lock_of(out)["pid"] == 1  # left behind by the killed container
     done = int((out / "checkpoints" / "latest").read_text().strip()[len("step-"):])
     steps = done + 20
@@ -72,7 +73,7 @@ def test_second_command_from_elsewhere_is_refused_and_touches_nothing(tmp_path, 
     host = "other-node" if second.startswith("other-host") else None
     other = Proc(container(digits(out, *job, steps=40), hostname=host), tmp_path, "second")
     procs.append(other)
-    code = other.wait(timeout=120)
+    code = other.wait(timeout=patience(120))
     text = other.output()
     assert code == 2, text[-3000:]
     lines = [line for line in text.splitlines() if line.startswith("ptrain: error:")]
@@ -83,7 +84,7 @@ def test_second_command_from_elsewhere_is_refused_and_touches_nothing(tmp_path, 
     assert in_flight.is_dir() and (in_flight / "model.safetensors").exists()  # nothing of the live job touched
     assert lock_of(out)["token"] == owner["token"] and first.p.poll() is None  # the job still runs, still owns it
     first.tree()[-1].send_signal(signal.SIGTERM)  # the trainer: preempted, saves, exits 143
-    assert first.wait(timeout=120) == 143, first.output()[-3000:]
+    assert first.wait(timeout=patience(120)) == 143, first.output()[-3000:]
     assert not (out / LOCK_NAME).exists() and leftovers(first, other) == []
 
 
@@ -100,14 +101,14 @@ def test_second_command_of_the_same_job_id_is_refused(tmp_path, procs, how):
     owner = lock_of(out)
     second = Proc(digits(out, *flags, steps=40), tmp_path, "second", env=env(**extra))
     procs.append(second)
-    code = second.wait(timeout=120)
+    code = second.wait(timeout=patience(120))
     text = second.output()
     assert code == 2, text[-3000:]
     assert (f"output_dir {out} is in use by another command of the same job same (process {first.p.pid} on host"
             in text), text[-3000:]
     assert lock_of(out)["token"] == owner["token"] and first.p.poll() is None
     first.p.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=120) == 143, first.output()[-3000:]
+    assert first.wait(timeout=patience(120)) == 143, first.output()[-3000:]
     steps = metric_steps(out)
     assert steps == sorted(set(steps)) and steps[0] == 20  # one run's rows, in order, none lost or doubled
     assert not (out / LOCK_NAME).exists() and leftovers(first, second) == []

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from helpers import REPO
+from patience import patience
 
 
 def ptrain(*args, cwd, timeout=240):
@@ -57,7 +58,7 @@ def test_dry_run_loads_no_data_and_imports_no_dataset_library(tmp_path):
             "code = main(['run', 'digits', '--dry_run', '--output_dir', 'dry']); "
             "print('IMPORTED ' + ' '.join(sorted(m for m in ('sklearn', 'scipy', 'paddlenlp', 'models.digits.data') "
             "if m in sys.modules))); sys.exit(code)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=240,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=patience(240),
                          env=dict(os.environ, PYTHONPATH=REPO))
     assert out.returncode == 0, out.stderr[-2000:]
     imported = next(line for line in out.stdout.splitlines() if line.startswith("IMPORTED"))

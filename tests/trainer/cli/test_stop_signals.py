@@ -13,6 +13,7 @@ import time
 import psutil
 import pytest
 from helpers import REPO
+from patience import patience
 
 from trainer.checkpoint.manifest import verify
 
@@ -29,14 +30,14 @@ def start(tmp_path, *flags):
 
 def signal_when_training(proc, out, sig):
     metrics = out / "metrics.jsonl"
-    deadline = time.time() + 120
+    deadline = time.time() + patience(120)
     while not (metrics.exists() and metrics.read_text().strip()):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.05)
     kids = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
     try:
-        stdout, stderr = proc.communicate(timeout=90)
+        stdout, stderr = proc.communicate(timeout=patience(90))
     finally:
         for p in kids + [psutil.Process(proc.pid)] if proc.poll() is None else kids:
             if p.is_running():

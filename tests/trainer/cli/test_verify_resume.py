@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from patience import patience
 
 from trainer.errors import ConfigError
 from trainer.cli.verify_resume import RunFailed, compare_records, verify_resume
@@ -25,7 +26,7 @@ def workdir(tmp_path_factory):
 
 
 def test_resumed_run_is_identical(workdir):
-    ok, report = verify_resume("digits", None, OVERRIDES, N, workdir, parallel=True, timeout=120)
+    ok, report = verify_resume("digits", None, OVERRIDES, N, workdir, parallel=True, timeout=patience(120))
     assert ok, report
     assert "RESULT: identical (bitwise)" in report
     assert f"step-{2 * N} model: 4 tensors" in report
@@ -46,7 +47,7 @@ def test_a_resume_with_a_changed_setting_is_refused_in_one_line(workdir):
     with pytest.raises(RunFailed, match=r"the resumed run failed \(exit code 2\): ptrain: error: resume: data_seed "
                                         r"was 0 in checkpoint .*, this run has 5") as info:
         verify_resume("digits", None, OVERRIDES, N, workdir, resume_overrides=["--data_seed", "5"], reuse=True,
-                      timeout=120)
+                      timeout=patience(120))
     assert info.value.exit_code == 2
 
 
@@ -60,7 +61,7 @@ def test_controlled_fields_cannot_be_overridden(tmp_path):
 def test_a_failing_run_is_reported_with_its_exit_code_and_message(tmp_path):
     with pytest.raises(RunFailed, match=r"the uninterrupted run failed \(exit code 2\): ptrain: error: "
                                         r"learning_rate=.* is not allowed") as info:
-        verify_resume("digits", None, ["--learning_rate", "-1"], 2, str(tmp_path), timeout=120)
+        verify_resume("digits", None, ["--learning_rate", "-1"], 2, str(tmp_path), timeout=patience(120))
     assert info.value.exit_code == 2
     assert not os.path.exists(tmp_path / "resumed")
 

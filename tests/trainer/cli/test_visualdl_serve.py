@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 from helpers import REPO, free_port
+from patience import patience
 
 import trainer.cli.visualdl_serve
 
@@ -27,7 +28,7 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO)
     run = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "20", "--output_dir",
                           "run", "--disable_tqdm", "true"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=patience(300))
     assert run.returncode == 0, run.stderr[-2000:]
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "trainer.cli", "visualdl", "--logdir", "run", "--host",
@@ -35,10 +36,10 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 180  # a busy machine imports paddle and visualdl slowly
+        deadline = time.time() + patience(180)  # a busy machine imports paddle and visualdl slowly
         while True:
             try:
-                if get(base + "/alive", timeout=5)[0] == 204:
+                if get(base + "/alive", timeout=patience(5))[0] == 204:
                     break
             except (urllib.error.URLError, ConnectionError, OSError):
                 pass
@@ -52,14 +53,14 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
         status, body = get(base + "/app/api/scalar/tags")
         assert status == 200 and "train/loss" in body
         server.terminate()  # SIGTERM, as a user's kill or a supervisor stops it
-        output = server.communicate(timeout=60)[0]
+        output = server.communicate(timeout=patience(60))[0]
         assert server.returncode == 143, output[-2000:]
         assert output.strip().splitlines()[-1] == "ptrain visualdl: stopped by SIGTERM, server closed (exit 143)"
         assert "outside training" not in output
     finally:
         server.terminate()
         try:
-            server.wait(timeout=30)
+            server.wait(timeout=patience(30))
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()

@@ -12,6 +12,7 @@ import numpy as np
 import paddle
 import psutil
 import pytest
+from patience import patience
 
 from callbacks import Callback
 from trainer import Trainer, TrainingArguments
@@ -215,7 +216,7 @@ def test_a_worker_killed_while_batches_come_through_slots_is_worker_killed_and_n
     with pytest.raises(WorkerKilled, match=r"DataLoader worker \(pid \d+\) was killed by SIGKILL") as info:
         trainer.fit()
     assert info.value.signum == signal.SIGKILL
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(10)
     while [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]

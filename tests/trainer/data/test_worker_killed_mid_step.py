@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 import psutil
 import pytest
+from patience import patience
 
 from callbacks import Callback
 from trainer import Trainer, TrainingArguments
@@ -39,7 +40,7 @@ class KillAWorkerThenWork(Callback):
         workers = [p for p in me.children() if p.status() != psutil.STATUS_ZOMBIE]
         assert workers, "no DataLoader worker to kill"
         os.kill(workers[0].pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         try:
             while time.monotonic() < deadline:
                 sum(range(1000))  # bytecodes: where a Python signal handler runs
@@ -59,7 +60,7 @@ def test_a_worker_killed_during_the_step_is_worker_killed_with_its_signal(tmp_pa
         trainer.fit()
     assert spy.raised_here  # the error came from inside the callback, not from the batch fetch
     assert info.value.signum == signal.SIGKILL and trainer.state.status == "failed"
-    deadline = time.monotonic() + 10  # and no worker is left behind
+    deadline = time.monotonic() + patience(10)  # and no worker is left behind
     while [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]

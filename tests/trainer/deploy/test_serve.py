@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from patience import patience
 from serving import ROOT, Server, _alive, load_clients
 
 from trainer.deploy.predictor import create_predictor, run_predictor
@@ -111,7 +112,7 @@ def test_limits_and_unknown_paths(digits_server):
 def test_cli_errors_name_the_flag(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     run = lambda *a: subprocess.run([sys.executable, "-m", "trainer.cli", "serve", *a], capture_output=True,
-                                    text=True, env=env, cwd=ROOT, timeout=120)
+                                    text=True, env=env, cwd=ROOT, timeout=patience(120))
     r = run(str(tmp_path / "missing"))
     assert r.returncode == 2 and "MODEL_DIR" in r.stderr and "does not exist" in r.stderr
     r = run(str(tmp_path))
@@ -128,7 +129,7 @@ def test_a_port_in_use_is_exit_2_naming_it(digits_dir):
         taken.listen()
         port = taken.getsockname()[1]
         r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", digits_dir[0], "--port", str(port)],
-                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=patience(120))
     assert r.returncode == 2 and f"--port {port}: cannot listen there (Address already in use)" in r.stderr
 
 
@@ -139,7 +140,7 @@ def test_a_model_that_cannot_load_exits_3_with_the_line(digits_dir, tmp_path):
     shutil.copytree(digits_dir[0], broken)
     (broken / "model.pdiparams").write_bytes(b"not parameters")
     r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", str(broken), "--port", "0"], capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=120)
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, timeout=patience(120))
     assert r.returncode == 3, r.stderr[-2000:]
     assert "the predictor process could not load the model:" in r.stderr and "ready on" not in r.stdout
 
@@ -189,14 +190,14 @@ def test_a_killed_predictor_process_is_restarted_and_its_requests_get_500(slow_d
 
         def client():
             while not stop.is_set():
-                results.append(server.predict({"inputs": [[0.2] * 64]}, timeout=60))
+                results.append(server.predict({"inputs": [[0.2] * 64]}, timeout=patience(60)))
 
         threads = [threading.Thread(target=client) for _ in range(6)]
         for t in threads:
             t.start()
         time.sleep(1.0)
         os.kill(server.pids[0], signal.SIGKILL)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patience(60)
         while time.monotonic() < deadline and "is ready" not in server.err.split("killed by SIGKILL")[-1]:
             time.sleep(0.1)
         time.sleep(0.5)
@@ -219,7 +220,7 @@ def test_predictor_processes_die_with_a_killed_server(digits_dir):
     assert len(server.pids) == 2 and all(_alive(p) for p in server.pids)
     server.proc.kill()  # SIGKILL: no drain, no cleanup code runs in the server
     server.proc.wait(10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(10)
     while any(_alive(p) for p in server.pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in server.pids), "a predictor process outlived its server"

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from patience import patience
 from serving import ROOT, Server, load_clients
 
 from trainer.deploy.predictor import create_predictor, run_predictor
@@ -47,7 +48,7 @@ def test_slow_header_connections_under_1024_files_do_not_starve_others(digits_di
 
     def attack():
         def connect():
-            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=patience(5))
             s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\n")
             return s
 
@@ -78,13 +79,13 @@ def test_slow_header_connections_under_1024_files_do_not_starve_others(digits_di
     thread = threading.Thread(target=attack, daemon=True)
     try:
         thread.start()
-        _wait(lambda: len(attackers) >= 1100, timeout=60)
+        _wait(lambda: len(attackers) >= 1100, timeout=patience(60))
         answers = []
         for _ in range(20):  # normal clients while the attack goes on (~10 s)
-            answers.append(server.predict(ROW, timeout=30)[0])
+            answers.append(server.predict(ROW, timeout=patience(30))[0])
             time.sleep(0.5)
         assert answers == [200] * 20
-        assert _wait(lambda: closed["408"] > 0, timeout=30)
+        assert _wait(lambda: closed["408"] > 0, timeout=patience(30))
         text = server.request("GET", "/metrics")[1]
         closed_by = {m.group(1): float(m.group(2)) for m in
                      re.finditer(r'ptrain_serve_connections_closed_total\{reason="(\w+)"\} (\S+)', text)}
@@ -102,11 +103,11 @@ def test_slow_header_connections_under_1024_files_do_not_starve_others(digits_di
 def test_a_slow_body_is_closed_with_408(digits_dir):
     server = Server(digits_dir[0], "--body_timeout", "1", "--header_timeout", "2")
     try:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=patience(30)) as s:
             s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"inp")
             data = s.recv(4096)
         assert data.startswith(b"HTTP/1.1 408 ") and b"--body_timeout" in data
-        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:  # nothing sent at all
+        with socket.create_connection(("127.0.0.1", server.port), timeout=patience(30)) as s:  # nothing sent at all
             data = s.recv(4096)
         assert data.startswith(b"HTTP/1.1 408 ") and b"--header_timeout" in data
         assert server.predict(ROW)[0] == 200
@@ -140,8 +141,8 @@ def test_changed_model_files_are_refused_never_mixed(digits_dir, slow_dir, tmp_p
         assert server.request("GET", "/v2/models/m/ready")[0] == 503
 
         os.kill(server.pids[1], signal.SIGKILL)
-        assert _wait(lambda: "no predictor process can load" in server.predict(ROW, timeout=30)[1].get("error", ""))
-        status, body, headers = server.predict(ROW, timeout=30)
+        assert _wait(lambda: "no predictor process can load" in server.predict(ROW, timeout=patience(30))[1].get("error", ""))
+        status, body, headers = server.predict(ROW, timeout=patience(30))
         assert status == 503 and headers["retry-after"] == "1" and "changed since the server loaded" in body["error"]
         status, body, _ = server.infer("m", {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
                                                          "data": [0.0] * 64}]})
@@ -149,7 +150,7 @@ def test_changed_model_files_are_refused_never_mixed(digits_dir, slow_dir, tmp_p
 
         for name in ("model.json", "model.pdiparams", "export.json"):
             shutil.copy(os.path.join(digits_dir[0], name), model / name)
-        assert _wait(lambda: server.request("GET", "/ready")[0] == 200, timeout=120), server.err[-2000:]
+        assert _wait(lambda: server.request("GET", "/ready")[0] == 200, timeout=patience(120)), server.err[-2000:]
         status, body, _ = server.predict({"inputs": x.tolist()})
         np.testing.assert_array_equal(np.asarray(body["outputs"], "float32"), expected)
         server.pids = [int(p) for p in re.findall(r"predictor process \d \(pid (\d+)\) is ready", server.err)][-2:]
@@ -165,10 +166,10 @@ def test_truncated_weights_answer_503_and_sigterm_stays_within_the_drain(digits_
         params = model / "model.pdiparams"
         params.write_bytes(params.read_bytes()[:100])
         os.kill(server.pids[0], signal.SIGKILL)
-        status, body, _ = server.predict(ROW, timeout=60)  # queued for the replacement, then told why
+        status, body, _ = server.predict(ROW, timeout=patience(60))  # queued for the replacement, then told why
         assert status in (500, 503), body
-        assert _wait(lambda: server.predict(ROW, timeout=30)[0] == 503, timeout=60)
-        assert "no predictor process can load the model" in server.predict(ROW, timeout=30)[1]["error"]
+        assert _wait(lambda: server.predict(ROW, timeout=patience(30))[0] == 503, timeout=patience(60))
+        assert "no predictor process can load the model" in server.predict(ROW, timeout=patience(30))[1]["error"]
         started = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         code = server.proc.wait(60)
@@ -188,7 +189,7 @@ def test_a_drain_refuses_with_503_never_resets_and_counts_the_cut(slow_dir):
                     "--body_timeout", "60")
     slow = []
     for _ in range(30):  # accepted requests whose bodies never finish
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=patience(30))
         s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"inputs\": ")
         slow.append(s)
     results, stop, threads = load_clients(server, 12, {"inputs": [[0.1] * 64] * 2}, pause=0.005)
@@ -218,6 +219,6 @@ def test_a_drain_refuses_with_503_never_resets_and_counts_the_cut(slow_dir):
 
 def test_start_timeout_is_a_flag(digits_dir):
     r = subprocess.run([sys.executable, "-m", "trainer.cli", "serve", digits_dir[0], "--port", "0",
-                        "--start_timeout", "0.01"], capture_output=True, text=True, timeout=120,
+                        "--start_timeout", "0.01"], capture_output=True, text=True, timeout=patience(120),
                        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
     assert r.returncode == 3 and "did not load within 0.01 s" in r.stderr and "raise --start_timeout" in r.stderr

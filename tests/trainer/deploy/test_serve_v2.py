@@ -10,6 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from patience import patience
 from serving import Server
 
 from trainer.deploy.predictor import create_predictor, run_predictor
@@ -143,12 +144,12 @@ def test_curl_speaks_v2_and_both_protocols_share_one_batcher(server, digits_dir)
         pytest.skip("curl is not installed (apt-get install curl)")
     base = f"http://127.0.0.1:{server.port}"
     ready = subprocess.run([curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", base + "/v2/health/ready"],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=patience(60))
     assert ready.stdout == "200"
     body = json.dumps({"inputs": [{"name": "input", "shape": [2, 64], "datatype": "FP32",
                                    "data": x[:2].ravel().tolist()}]})
     out = subprocess.run([curl, "-s", base + "/v2/models/digits/infer", "-d", body], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=patience(60))
     (expected,) = run_predictor(create_predictor(path), [x[:2]])
     answer = json.loads(out.stdout)["outputs"][0]
     assert answer["name"] == "logits" and answer["shape"] == [2, 10]
@@ -226,7 +227,7 @@ def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "trainer.cli", "serve", *args, "--port", "0"],
-                              capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT),
+                              capture_output=True, text=True, timeout=patience(120), env=dict(os.environ, PYTHONPATH=ROOT),
                               cwd=ROOT)
 
     r = run(f"a={digits_dir[0]}", f"a={digits_dir[0]}")
