@@ -33,6 +33,7 @@ from .checkpoint.load import load_checkpoint
 from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
+from .checkpoint.sharded import write as write_checkpoint
 from .checkpoint.snapshot import snapshot
 from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
@@ -621,10 +622,11 @@ class Trainer(PaddleNLPAPI):
         if settle is not None:  # a batch read ahead that drew randomness is undone: the RNGs saved are the step's
             settle()
         snap = snapshot(self)
-        if self.is_main_process:
+        if snap:  # rank 0; every rank when the ranks hold different state (trainer.checkpoint.sharded)
             self._writer.wait()
-            ckpt_writer.remove_stale_temporaries(root)
-            self._writer.submit(lambda: ckpt_writer.write_snapshot(snap, final, None if path else root),
+            if self.is_main_process:
+                ckpt_writer.remove_stale_temporaries(root)
+            self._writer.submit(lambda: write_checkpoint(snap, final, None if path else root),
                                 background=self.args.save_async)
         self.state.last_checkpoint = final
         self.fire(Event.SAVE_END)

@@ -105,12 +105,29 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
             write_run_id(publish_root, snap.get("run_id", ""))  # the run these checkpoints belong to
             _publish_latest(publish_root, os.path.basename(final))
     except OSError as exc:
-        where = exc.filename or final
-        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
-                            f"kept: free space or fix the permissions, then resume with "
-                            f"{option('resume_from_checkpoint', 'auto')}") from exc
+        raise save_failed(exc, final) from exc
     return final
+
+
+def save_failed(exc: OSError, final: str) -> TrainingError:
+    """The one line for an OSError while saving ``final``: the file, why, and that the previous checkpoints are kept."""
+    where = exc.filename or final
+    why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
+                         f"kept: free space or fix the permissions, then resume with "
+                         f"{option('resume_from_checkpoint', 'auto')}")
+
+
+def save_tensors(arrays: dict, target: str) -> None:
+    """``arrays`` to the safetensors file ``target``; an OSError naming ``target`` when the disk refuses."""
+    try:
+        np_save_file(arrays, target)
+    except Exception as exc:  # safetensors raises its own error, without the file's name
+        found = re.search(r"os error (\d+)", str(exc))
+        code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
+        if not code:
+            raise
+        raise OSError(code, os.strerror(code), target) from exc
 
 
 def _write_checkpoint(snap: dict, final: str) -> None:
@@ -121,15 +138,7 @@ def _write_checkpoint(snap: dict, final: str) -> None:
     os.makedirs(tmp)
     try:
         for part in ("model", "optimizer"):
-            target = os.path.join(tmp, f"{part}.safetensors")
-            try:
-                np_save_file(snap[part], target)
-            except Exception as exc:  # safetensors raises its own error, without the file's name
-                found = re.search(r"os error (\d+)", str(exc))
-                code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
-                if not code:
-                    raise
-                raise OSError(code, os.strerror(code), target) from exc
+            save_tensors(snap[part], os.path.join(tmp, f"{part}.safetensors"))
         _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
@@ -140,18 +149,24 @@ def _write_checkpoint(snap: dict, final: str) -> None:
             "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
         _fsync_file(os.path.join(tmp, MANIFEST))
-        _fsync_dir(tmp)
-        if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
-            old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-        _fsync_dir(parent)
+        move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def move_into_place(tmp: str, final: str) -> None:
+    """Rename the complete temporary directory ``tmp`` (its manifest written last) to ``final``, durably."""
+    parent = os.path.dirname(os.path.abspath(final))
+    _fsync_dir(tmp)
+    if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
+        old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    _fsync_dir(parent)
 
 
 def remove_stale_temporaries(root: str) -> None:
