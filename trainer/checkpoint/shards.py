@@ -59,8 +59,8 @@ def plan(held_per_rank: List[dict], slices_per_rank: List[dict]) -> Dict[str, di
     """The index of a sharded checkpoint: for every tensor any rank holds, its full shape, dtype and parts.
 
     A whole tensor that several ranks hold (replicated, or an optimizer state that every data-parallel
-    replica of its owner holds) is written by one of them, the one with the fewest bytes to write so far
-    (the biggest tensors placed first), so the writing is spread over the ranks. A slice is written by
+    replica of its owner holds) is written by one of them, the one with the fewest values to write so far
+    (what only some ranks hold placed first, then the biggest first), so the writing is spread over the ranks. A slice is written by
     the first rank that holds it. ValueError when ranks hold one tensor with different shapes and the
     layout gives no slices for it.
     """
@@ -71,10 +71,13 @@ def plan(held_per_rank: List[dict], slices_per_rank: List[dict]) -> Dict[str, di
     def numel(shape) -> int:
         return int(np.prod(shape)) if shape else 1
 
-    order = sorted(keys, key=lambda k: (-max(numel(h[k][0]) for h in held_per_rank if k in h), k))
+    holders_of = {k: [r for r in range(world) if k in held_per_rank[r]] for k in keys}
+    # what only some ranks can write first (owned states, slices), then the rest, biggest first, to even the load
+    order = sorted(keys, key=lambda k: (len(holders_of[k]) == world and not any(k in s for s in slices_per_rank),
+                                        -max(numel(held_per_rank[r][k][0]) for r in holders_of[k]), k))
     index: Dict[str, dict] = {}
     for key in order:
-        holders = [r for r in range(world) if key in held_per_rank[r]]
+        holders = holders_of[key]
         cut = [r for r in holders if key in slices_per_rank[r]]
         dtype = held_per_rank[holders[0]][key][1]
         if cut:

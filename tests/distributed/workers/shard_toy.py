@@ -71,7 +71,8 @@ def main(out_dir, tag, mode, stop_at=0, resume=None, save_async=False):
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=8, gradient_accumulation_steps=accumulation,
                              max_steps=16, learning_rate=0.01, warmup_steps=2, lr_scheduler_type="linear",
                              logging_steps=1, report_to=[], save_strategy="steps", save_steps=4,
-                             evaluation_strategy="no", save_async=save_async, seed=7)
+                             evaluation_strategy="no", save_async=save_async, seed=7,
+                             save_total_limit=3 if save_async else None)  # the async run rotates; the others keep all
     record = Record(out_dir, tag)
     trainer = cls(make_model(), args, train_dataset=ToyDataset(128), loss_fn=paddle.nn.CrossEntropyLoss(),
                   callbacks=[record] + ([StopAt(stop_at)] if stop_at else []))
