@@ -24,6 +24,7 @@ from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no
 from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
 from .errors import ConfigError, option
+from .parallel.layout import Layout
 
 AMP_CHOICES = ("off", "fp16", "bf16")
 AMP_LEVELS = ("O1", "O2")
@@ -105,6 +106,13 @@ class TrainingArguments(PaddleNLPFields):
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
     find_unused_parameters: bool = field(default=False, metadata={"help": "DataParallel: allow parameters that get no gradient"})
+    # memory: recompute and sharding (trainer.parallel; PaddleNLP's names)
+    recompute: bool = field(default=False, metadata={"help": "recompute activations in the backward pass instead of keeping them: a PaddleNLP model through its enable_recompute switch, any other model block by block (the children of its LayerLists, or recompute_modules) under paddle's non-reentrant recompute"})
+    recompute_modules: Optional[List[str]] = field(default=None, metadata={"help": "with recompute: the sublayers to recompute, by path in named_sublayers() (a LayerList stands for its children) or class name; default every LayerList's children"})
+    sharding: str = field(default="", metadata={"help": "shard state over ranks: stage1 (optimizer states), stage2 (+ gradients), stage3 (+ parameters); add offload to keep them in host memory (e.g. 'stage2 offload'); empty = off"})
+    sharding_parallel_degree: int = field(default=-1, metadata={"help": "ranks per sharding group; -1 = all of them; the rest replicate the shards (data parallel)"})
+    sharding_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's sharding options, space-separated: enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg (stage1), enable_stage2_overlap (stage2)"})
+    amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them"})
     # data columns
     label_names: Optional[List[str]] = field(default=None, metadata={"help": "batch keys that hold the labels (default: labels)"})
     remove_unused_columns: bool = field(default=True, metadata={"help": "drop sample keys the model's forward does not take (labels kept)"})
@@ -121,6 +129,8 @@ class TrainingArguments(PaddleNLPFields):
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
+        if isinstance(self.sharding, (list, tuple)):  # PaddleNLP's parsed form: a list of stage names
+            self.sharding = " ".join(str(getattr(w, "value", w)) for w in self.sharding)
         normalize_aliases_before(self)
         self._coerce_types()
         apply_paddlenlp_fields(self)
@@ -174,6 +184,10 @@ class TrainingArguments(PaddleNLPFields):
             raise ConfigError(f"save_steps=0 but save_strategy='steps': set {option('save_steps')} to N > 0 or "
                               f"{option('save_strategy', 'no')}")
         validate_best_model(self)
+        if self.amp_master_grad and (self.amp == "off" or self.amp_level != "O2"):
+            raise ConfigError(f"amp_master_grad=True needs low-precision weights: set {option('amp', 'bf16')} (or fp16) "
+                              f"and {option('amp_level', 'O2')}, or {option('amp_master_grad', False)}")
+        Layout.from_args(self, self.world_size)  # sharding and the parallel degrees, checked together
         if not str(self.output_dir).strip():
             raise ConfigError(f"output_dir is empty: give a directory, e.g. {option('output_dir', 'runs/exp1')}")
 

@@ -35,7 +35,6 @@ from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.sharded import write as write_checkpoint
 from .checkpoint.snapshot import snapshot
-from .clipping import clip_grad_norm
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import PredictionOutput
@@ -53,6 +52,8 @@ from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, 
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .parallel import Layout
+from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
 from .schedules import build_scheduler
 from .state import TrainerState
 
@@ -116,6 +117,9 @@ class Trainer(PaddleNLPAPI):
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
+        # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
+        self.layout = Layout.from_args(self.args, self._world_size, self._rank)
+        self._parallel = None  # (model, trainer.parallel.Parallelized) once fit() has laid the model out
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -198,16 +202,17 @@ class Trainer(PaddleNLPAPI):
         lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
         params = [p for p in self.model.parameters() if not p.stop_gradient]
         decay_names = {p.name for p in params if p.ndim >= 2}
+        clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
         if a.optim == "adamw":
             return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
                                           beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
-                                          apply_decay_param_fun=lambda name: name in decay_names)
+                                          apply_decay_param_fun=lambda name: name in decay_names, grad_clip=clip)
         groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
                   {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
         groups = [g for g in groups if g["params"]]
         if a.optim == "momentum":
-            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups)
-        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups)
+            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups, grad_clip=clip)
+        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
 
     def create_lr_scheduler(self, total_steps: int):
         """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
@@ -327,9 +332,9 @@ class Trainer(PaddleNLPAPI):
         try:
             loader = self._setup_fit(resume)
             self.fire(Event.FIT_BEGIN)
-            # wrapped after on_fit_begin: AMP O2 casts the parameters there, and DataParallel
-            # buckets gradients by the dtype the parameters have when it is built
-            self.model_wrapped = dist.wrap_model(self.model, self.args.find_unused_parameters)
+            # laid out after on_fit_begin: AMP O2 casts the parameters there, and DataParallel and the
+            # sharding wrappers bucket gradients by the dtype the parameters have when they are built
+            self._parallelize()
             self.model_wrapped.train()
             with frozen_heap():  # the full collections skip what lives as long as the process
                 self._train_loop(loader)
@@ -356,6 +361,15 @@ class Trainer(PaddleNLPAPI):
             finally:
                 lock.release()
         return state
+
+    def _parallelize(self) -> None:
+        """Apply ``self.layout`` (``trainer.parallel.parallelize``: recompute, then sharding or data parallel) once
+        per model: a second fit() of the same model runs what the first one built."""
+        if self._parallel is None or self._parallel[0] is not self.model:
+            applied = parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler)
+            self._parallel = (self.model, applied)
+        applied = self._parallel[1]
+        self.model_wrapped, self.optimizer, self.grad_scaler = applied.model, applied.optimizer, applied.scaler
 
     @staticmethod
     def _quietly(action) -> None:
@@ -512,9 +526,10 @@ class Trainer(PaddleNLPAPI):
     def clip_gradients(self, max_norm: float) -> paddle.Tensor:
         """Scale gradients so their global L2 norm is at most ``max_norm``.
 
-        Returns the norm before clipping as a device tensor (no host sync).
+        Returns the norm before clipping as a device tensor (no host sync); None when the optimizer clips
+        inside its step (sharding, master gradients: ``trainer.layout.clips_in_optimizer``).
         """
-        return clip_grad_norm(self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
+        return clip_before_step(self.layout, self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())

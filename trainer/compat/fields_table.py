@@ -11,7 +11,8 @@ effect here; the note says why). Data only, importing nothing: read by
 
 from typing import Dict, Tuple
 
-_HYBRID = "hybrid parallelism (sharding, tensor/pipeline/sep parallel) is not supported: data parallel only"
+_HYBRID = "tensor, pipeline and sep parallel are not supported: data parallel and sharding (trainer.parallel)"
+_TP = "1 or -1 (off) is accepted; more is refused until tensor and pipeline parallel exist"
 _AUTO = "auto parallel and static-graph training are not supported: dynamic-graph data parallel only"
 _UC = "checkpoints have one format here (safetensors + manifest, trainer.checkpoint)"
 
@@ -56,25 +57,25 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "bf16": ("renamed", "amp bf16 (bf16 accepted too)"),
     "fp16": ("renamed", "amp fp16 (fp16 accepted too)"),
     "fp16_opt_level": ("renamed", "amp_level (fp16_opt_level accepted too)"),
-    "amp_master_grad": ("unsupported", "O2 keeps fp32 master weights; master gradients are not separate"),
+    "amp_master_grad": ("same", "with amp_level O2: float32 main_grad beside low-precision weights (paddle's mix_precision_utils); the optimizer clips them"),
     "bf16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
     "fp16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
     "amp_custom_black_list": ("unsupported", "AMP uses paddle's default op lists"),
     "amp_custom_white_list": ("unsupported", "AMP uses paddle's default op lists"),
-    "sharding": ("unsupported", _HYBRID),
-    "sharding_degree": ("unsupported", _HYBRID),
-    "sharding_parallel_degree": ("unsupported", _HYBRID),
+    "sharding": ("same", "stage1 (fleet hybrid, DygraphShardingOptimizer), stage2 / stage3 (paddle's group_sharded_parallel), with offload; trainer.parallel"),
+    "sharding_degree": ("renamed", "sharding_parallel_degree (PaddleNLP's older name, accepted too)"),
+    "sharding_parallel_degree": ("same", "-1 = every rank; dp x sharding over fleet's hybrid topology"),
     "save_sharded_model": ("unsupported", _HYBRID),
     "load_sharded_model": ("unsupported", _HYBRID),
-    "tensor_parallel_degree": ("unsupported", _HYBRID),
-    "pipeline_parallel_degree": ("unsupported", _HYBRID),
+    "tensor_parallel_degree": ("unsupported", _TP),
+    "pipeline_parallel_degree": ("unsupported", _TP),
     "sep_parallel_degree": ("unsupported", _HYBRID),
     "data_parallel_config": ("unsupported", _HYBRID),
     "tensor_parallel_config": ("unsupported", _HYBRID),
     "pipeline_parallel_config": ("unsupported", _HYBRID),
-    "sharding_parallel_config": ("unsupported", _HYBRID),
+    "sharding_parallel_config": ("same", "enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg, enable_stage2_overlap"),
     "hybrid_parallel_topo_order": ("unsupported", _HYBRID),
-    "recompute": ("unsupported", "use paddle.distributed.fleet.utils.recompute in the model's forward"),
+    "recompute": ("same", "a PaddleNLP model through its enable_recompute switch; any other model block by block (LayerLists or recompute_modules) under paddle's non-reentrant recompute"),
     "scale_loss": ("unsupported", "the fp16 loss scaler starts at 2**15 (callbacks.AMP)"),
     "minimum_eval_times": ("unsupported", "set eval_steps"),
     "local_rank": ("same", "filled from the launcher's environment (PADDLE_RANK_IN_NODE), as in PaddleNLP"),

@@ -4,9 +4,13 @@ project has no option of its own for, with PaddleNLP's names, types and defaults
 ``trainer.TrainingArguments`` inherits them, so a PaddleNLP script that parses
 our arguments with ``PdArgumentParser`` and then reads, say,
 ``training_args.lazy_data_processing`` or ``training_args.logging_dir`` gets
-PaddleNLP's value instead of an ``AttributeError``. Two have an effect here:
-``no_cuda`` (true: ``device cpu``) and ``local_rank`` (filled from the launcher's
-environment, as PaddleNLP does). Every other one has none: setting it to a value
+PaddleNLP's value instead of an ``AttributeError``. Five have an effect here:
+``no_cuda`` (true: ``device cpu``), ``local_rank`` (filled from the launcher's
+environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
+``sharding_parallel_degree``), and ``tensor_parallel_degree`` /
+``pipeline_parallel_degree`` (1 or -1: off; more is refused by
+``trainer.parallel.Layout.plan`` until tensor and pipeline parallel exist). A
+``*_degree`` of 1 or -1 never warns. Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
@@ -28,7 +32,7 @@ from .fields_table import FIELDS
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
-WITH_EFFECT = ("no_cuda", "local_rank")
+WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree")
 
 
 def _no_effect(name: str) -> dict:
@@ -50,14 +54,11 @@ class PaddleNLPFields:
     logging_dir: Optional[str] = field(default=None, metadata=_no_effect("logging_dir"))
     save_on_each_node: bool = field(default=False, metadata=_no_effect("save_on_each_node"))
     no_cuda: bool = field(default=False, metadata=_no_effect("no_cuda"))
-    amp_master_grad: bool = field(default=False, metadata=_no_effect("amp_master_grad"))
     bf16_full_eval: bool = field(default=False, metadata=_no_effect("bf16_full_eval"))
     fp16_full_eval: bool = field(default=False, metadata=_no_effect("fp16_full_eval"))
     amp_custom_black_list: Optional[List[str]] = field(default=None, metadata=_no_effect("amp_custom_black_list"))
     amp_custom_white_list: Optional[List[str]] = field(default=None, metadata=_no_effect("amp_custom_white_list"))
-    sharding: str = field(default='', metadata=_no_effect("sharding"))
     sharding_degree: int = field(default=-1, metadata=_no_effect("sharding_degree"))
-    sharding_parallel_degree: int = field(default=-1, metadata=_no_effect("sharding_parallel_degree"))
     save_sharded_model: bool = field(default=False, metadata=_no_effect("save_sharded_model"))
     load_sharded_model: bool = field(default=False, metadata=_no_effect("load_sharded_model"))
     tensor_parallel_degree: int = field(default=-1, metadata=_no_effect("tensor_parallel_degree"))
@@ -66,9 +67,7 @@ class PaddleNLPFields:
     data_parallel_config: str = field(default='', metadata=_no_effect("data_parallel_config"))
     tensor_parallel_config: str = field(default='', metadata=_no_effect("tensor_parallel_config"))
     pipeline_parallel_config: str = field(default='', metadata=_no_effect("pipeline_parallel_config"))
-    sharding_parallel_config: str = field(default='', metadata=_no_effect("sharding_parallel_config"))
     hybrid_parallel_topo_order: Optional[str] = field(default=None, metadata=_no_effect("hybrid_parallel_topo_order"))
-    recompute: bool = field(default=False, metadata=_no_effect("recompute"))
     scale_loss: float = field(default=32768, metadata=_no_effect("scale_loss"))
     minimum_eval_times: Optional[int] = field(default=None, metadata=_no_effect("minimum_eval_times"))
     local_rank: int = field(default=-1, metadata=_no_effect("local_rank"))
@@ -107,11 +106,14 @@ def apply_paddlenlp_fields(args) -> None:
         args.device = "cpu"
     if args.local_rank == -1 and int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1:
         args.local_rank = int(os.environ.get("PADDLE_RANK_IN_NODE", os.environ.get("PADDLE_LOCAL_RANK", "-1")))
+    if args.sharding_degree != -1 and args.sharding_parallel_degree == -1:  # PaddleNLP's older name
+        args.sharding_parallel_degree = args.sharding_degree
     for f in fields(PaddleNLPFields):
         if f.default == "" and getattr(args, f.name) is None:  # the type coercion reads "" of Optional[str] as None
             setattr(args, f.name, "")
     set_now = [f for f in fields(PaddleNLPFields) if f.name not in WITH_EFFECT and f.name not in _warned
-               and getattr(args, f.name) != (f.default if f.default_factory is _MISSING else f.default_factory())]
+               and getattr(args, f.name) != (f.default if f.default_factory is _MISSING else f.default_factory())
+               and not (f.name.endswith("_degree") and getattr(args, f.name) in (1, -1))]  # a degree of 1 is "off"
     if set_now:
         _warned.update(f.name for f in set_now)
         logger.warning("%s: PaddleNLP field%s without an effect here, ignored (docs/how-to/migrate-paddlenlp.md)",

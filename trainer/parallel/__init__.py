@@ -1,0 +1,22 @@
+"""The parallel room: how the model is laid out over ranks, decided and applied in one place.
+
+Owns: the :class:`Layout` (degrees, sharding stage, offload, recompute, and the groups that
+answer "which group reduces this?"), and :func:`parallelize`, which ``Trainer.fit`` calls once
+after ``on_fit_begin`` to apply the layout in a fixed order: recompute, then sharding or data
+parallel (fleet's hybrid topology for sharding stage 1, paddle's ``group_sharded_parallel`` for
+stages 2 and 3, ``paddle.DataParallel`` otherwise). Tensor and pipeline parallel (issue 29)
+will be applied here too, first.
+
+May import: paddle, ``trainer.errors``, ``trainer.ranks``, ``trainer.distributed``. Never the
+trainer loop, callbacks or models.
+
+Used by: ``trainer.trainer`` (``trainer.layout``, ``parallelize``), ``trainer.args`` (the
+fields are checked together by :meth:`Layout.plan`), callbacks, metrics and checkpoints, which
+read ``trainer.layout`` and never branch on the parallel mode.
+
+Importing the package costs no paddle import (``trainer.args`` checks the fields through
+:class:`Layout`, and ``ptrain inspect`` reads it without paddle): ``layout`` is plain Python;
+``apply`` and ``recompute`` import paddle and are imported by name where used.
+"""
+
+from .layout import Layout, parse_sharding  # noqa: F401

@@ -1,0 +1,216 @@
+"""The model's layout over ranks: one small object that answers "which group reduces this?".
+
+:class:`Layout` is planned from the arguments and the world size before anything runs
+(:meth:`Layout.plan`: the one place the parallel fields are checked against each other)
+and gets its communication groups when :func:`trainer.parallel.parallelize` applies it.
+The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as
+``trainer.layout`` and never branch on the parallel mode themselves.
+
+Ranks follow fleet's hybrid topology order (``dp``, ``pp``, ``sharding``, ``sep``, ``mp``,
+outermost first), so with tensor and pipeline parallel off a rank is
+``dp_rank * sharding_degree + sharding_rank``: the ranks of one sharding group are
+consecutive.
+
+Example::
+
+    >>> layout = Layout.plan(world_size=4, sharding="stage2", sharding_parallel_degree=2)
+    >>> layout.describe()["dp_degree"], layout.sharding_stage, layout.shards_gradients
+    (2, 2, True)
+    >>> Layout.plan(world_size=1).describe()
+    {'world_size': 1, 'dp_degree': 1, 'sharding_degree': 1, 'sharding_stage': 0, 'offload': False, 'mp_degree': 1, 'pp_degree': 1}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import ConfigError, option
+
+STAGES = ("stage1", "stage2", "stage3")
+#: PaddleNLP's sharding words that are not stages
+SHARDING_FLAGS = ("offload",)
+
+
+def parse_sharding(value) -> tuple:
+    """PaddleNLP's ``sharding`` string (``"stage2 offload"``, ``"stage1"``, ``""``) or list -> (stage, offload).
+
+    >>> parse_sharding("stage2 offload"), parse_sharding(""), parse_sharding(["stage3"])
+    ((2, True), (0, False), (3, False))
+    """
+    words = value if isinstance(value, (list, tuple)) else str(value or "").replace(",", " ").split()
+    words = [str(w).strip().lower() for w in words if str(w).strip()]
+    unknown = [w for w in words if w not in STAGES + SHARDING_FLAGS]
+    if unknown:
+        raise ConfigError(f"sharding={value!r} is not allowed: use stage1, stage2 or stage3, optionally with "
+                          f"offload (e.g. {option('sharding', 'stage2 offload')})")
+    stages = sorted({int(w[-1]) for w in words if w in STAGES})
+    if len(stages) > 1:
+        raise ConfigError(f"sharding={value!r} names {len(stages)} stages: choose one of stage1, stage2, stage3")
+    offload = "offload" in words
+    if offload and not stages:
+        raise ConfigError(f"sharding={value!r}: offload needs a stage, e.g. {option('sharding', 'stage2 offload')}")
+    return (stages[0] if stages else 0), offload
+
+
+def _degree(name: str, value) -> Optional[int]:
+    """A ``*_degree`` field: -1 (PaddleNLP's default, "decide for me") -> None; 0 or < -1 is refused."""
+    value = int(value)
+    if value == -1:
+        return None
+    if value < 1:
+        raise ConfigError(f"{name}={value} is not allowed: {name} must be -1 (automatic) or an integer >= 1")
+    return value
+
+
+@dataclass
+class Layout:
+    """How the model is laid out over the ranks of this job.
+
+    Degrees multiply to the world size: ``dp_degree * sharding_degree * mp_degree * pp_degree``.
+    ``sharding_stage`` 0 is no sharding; 1 shards optimizer states (fleet's
+    DygraphShardingOptimizer), 2 also gradients, 3 also parameters (paddle's
+    ``group_sharded_parallel``). Groups are None until :func:`trainer.parallel.parallelize`
+    applies the layout, and stay None for a degree of 1; a None group means "all ranks"
+    to ``paddle.distributed`` collectives.
+    """
+
+    world_size: int = 1
+    rank: int = 0
+    dp_degree: int = 1
+    sharding_degree: int = 1
+    sharding_stage: int = 0
+    offload: bool = False
+    mp_degree: int = 1          # tensor parallel (issue 29)
+    pp_degree: int = 1          # pipeline parallel (issue 29)
+    recompute: bool = False
+    master_grad: bool = False   # amp_master_grad: float32 gradients (param.main_grad) beside low-precision weights
+    # set when applied (paddle Group objects; fleet's HybridCommunicateGroup when the hybrid topology is used)
+    dp_group: Any = field(default=None, repr=False, compare=False)
+    sharding_group: Any = field(default=None, repr=False, compare=False)
+    hcg: Any = field(default=None, repr=False, compare=False)
+
+    # ---- planning: the one place the parallel fields are checked together ------------
+    @classmethod
+    def plan(cls, world_size: int = 1, rank: int = 0, sharding="", sharding_parallel_degree: int = -1,
+             tensor_parallel_degree: int = -1, pipeline_parallel_degree: int = -1,
+             recompute: bool = False, master_grad: bool = False) -> "Layout":
+        """The layout the arguments ask for on ``world_size`` ranks; a ConfigError naming the field otherwise."""
+        stage, offload = parse_sharding(sharding)
+        mp = _degree("tensor_parallel_degree", tensor_parallel_degree) or 1
+        pp = _degree("pipeline_parallel_degree", pipeline_parallel_degree) or 1
+        for name, degree in (("tensor_parallel_degree", mp), ("pipeline_parallel_degree", pp)):
+            if degree > 1:
+                raise ConfigError(f"{name}={degree} is not supported yet (tensor and pipeline parallel come with "
+                                  f"issue 29): set {option(name, 1)}, or use sharding to spread the model's memory")
+        sharding_degree = _degree("sharding_parallel_degree", sharding_parallel_degree)
+        rest = world_size // (mp * pp)
+        if sharding_degree is None:
+            sharding_degree = rest if stage else 1
+        if sharding_degree > 1 and not stage:
+            raise ConfigError(f"sharding_parallel_degree={sharding_degree} but sharding is off: set "
+                              f"{option('sharding', 'stage1')} (or stage2, stage3), or {option('sharding_parallel_degree', 1)}")
+        if rest * mp * pp != world_size or rest % sharding_degree:
+            raise ConfigError(f"sharding_parallel_degree={sharding_degree} does not divide the {world_size} ranks: "
+                              "choose a divisor of the number of processes (or -1 for all of them)")
+        if stage and sharding_degree == 1:
+            stage = 0  # one rank of each shard holds everything: sharding is a no-op, plain data parallel
+        dp = rest // sharding_degree
+        if master_grad and stage >= 2 and dp > 1:
+            raise ConfigError(f"amp_master_grad with sharding stage{stage} and data parallel ({dp} replicas) is not "
+                              f"supported by paddle: set {option('sharding_parallel_degree', -1)} (shard over every rank) "
+                              "or use stage1")
+        return cls(world_size=world_size, rank=rank, dp_degree=dp, sharding_degree=sharding_degree,
+                   sharding_stage=stage, offload=offload and stage > 0, mp_degree=mp, pp_degree=pp,
+                   recompute=bool(recompute), master_grad=bool(master_grad))
+
+    @classmethod
+    def from_args(cls, args, world_size: int, rank: int = 0) -> "Layout":
+        """:meth:`plan` from a :class:`trainer.TrainingArguments`."""
+        return cls.plan(world_size, rank, args.sharding, args.sharding_parallel_degree,
+                        args.tensor_parallel_degree, args.pipeline_parallel_degree, args.recompute,
+                        args.amp_master_grad)
+
+    # ---- what the loop, callbacks, metrics and checkpoints ask --------------------
+    @property
+    def sharded(self) -> bool:
+        """Whether any state (optimizer, gradients, parameters) is split over a sharding group."""
+        return self.sharding_stage > 0
+
+    @property
+    def shards_optimizer(self) -> bool:
+        return self.sharding_stage >= 1
+
+    @property
+    def shards_gradients(self) -> bool:
+        return self.sharding_stage >= 2
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.sharding_stage >= 3
+
+    @property
+    def uses_hybrid_topology(self) -> bool:
+        """Whether the job runs over fleet's hybrid topology (``fleet.init``) rather than plain ``DataParallel``."""
+        return self.sharded or self.mp_degree > 1 or self.pp_degree > 1
+
+    @property
+    def clips_in_optimizer(self) -> bool:
+        """Whether gradient clipping runs inside paddle's optimizer step (``ClipGradByGlobalNorm``, whose norm
+        paddle reduces over the sharding group) instead of before it: gradients are reduced (and sharded) only
+        inside the step, so a norm taken before it would be each rank's own; with master gradients the
+        optimizer clips the float32 ``main_grad``."""
+        return self.sharded or self.master_grad
+
+    @property
+    def sharding_rank(self) -> int:
+        """This rank's place in its sharding group (0 without sharding)."""
+        if self.hcg is not None:
+            return self.hcg.get_sharding_parallel_rank()
+        return (self.rank // self.mp_degree) % self.sharding_degree
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's place in its data-parallel group (the replicas of one shard)."""
+        if self.hcg is not None:
+            return self.hcg.get_data_parallel_rank()
+        return self.rank // (self.sharding_degree * self.mp_degree * self.pp_degree)
+
+    @property
+    def data_rank(self) -> int:
+        """Which slice of each global batch this rank reads (ranks of one tensor/pipeline group read the same)."""
+        return self.dp_rank * self.sharding_degree + self.sharding_rank
+
+    @property
+    def data_world_size(self) -> int:
+        """How many different slices each global batch is cut into (dp x sharding)."""
+        return self.dp_degree * self.sharding_degree
+
+    @property
+    def loss_group(self):
+        """The group losses and metrics are averaged over: None, every rank (ranks that read the same data
+        hold the same loss, so the mean over all ranks is the mean over the data)."""
+        return None
+
+    @property
+    def writes_shard(self) -> bool:
+        """Whether this rank writes its part of a checkpoint: the first replica (dp_rank 0) of each shard; without
+        sharding only rank 0 holds anything the others do not."""
+        return self.dp_rank == 0 and (self.sharded or self.rank == 0)
+
+    def describe(self) -> dict:
+        """Plain JSON the checkpoint manifest records (``ptrain inspect`` shows it)."""
+        return {"world_size": self.world_size, "dp_degree": self.dp_degree, "sharding_degree": self.sharding_degree,
+                "sharding_stage": self.sharding_stage, "offload": self.offload, "mp_degree": self.mp_degree,
+                "pp_degree": self.pp_degree}
+
+    def summary(self) -> str:
+        """One line for the log, e.g. ``2 ranks: dp 1 x sharding 2 (stage 2, offload), recompute``."""
+        parts = [f"dp {self.dp_degree}"]
+        if self.sharded:
+            parts.append(f"sharding {self.sharding_degree} (stage {self.sharding_stage}{', offload' if self.offload else ''})")
+        for name, degree in (("mp", self.mp_degree), ("pp", self.pp_degree)):
+            if degree > 1:
+                parts.append(f"{name} {degree}")
+        return f"{self.world_size} rank{'s' if self.world_size > 1 else ''}: " + " x ".join(parts) + (
+            ", recompute" if self.recompute else "")
