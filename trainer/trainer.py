@@ -29,7 +29,7 @@ from callbacks.defaults import callback_set
 from . import distributed as dist
 from .args import TrainingArguments
 from .checkpoint import writer as ckpt_writer
-from .checkpoint.load import load_checkpoint
+from .checkpoint.load import load_checkpoint, reslice_optimizer
 from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
@@ -370,6 +370,7 @@ class Trainer(PaddleNLPAPI):
             self._parallel = (self.model, applied)
         applied = self._parallel[1]
         self.model_wrapped, self.optimizer, self.grad_scaler = applied.model, applied.optimizer, applied.scaler
+        reslice_optimizer(self)  # a resumed optimizer state, cut to the slices sharding stage 3 holds
 
     @staticmethod
     def _quietly(action) -> None:

@@ -12,6 +12,7 @@ from ..errors import ConfigError, DataError
 from .manifest import VerifiedCheckpoint
 from .resume import plan_world_size
 from .rng import set_rng_state
+from .slices import sliced_optimizer_state, split_parameters
 from .snapshot import join_optimizer_state, param_name_map
 from .store import resolve_read
 
@@ -43,7 +44,9 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         adapt_to_world_size(trainer, meta)
         trainer.model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in model_state.items()})
         names = param_name_map(trainer.model)
-        trainer.optimizer.set_state_dict(join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
+        opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
+        trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
+        trainer.optimizer.set_state_dict(opt_state)
         if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
             trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
         trainer.state.load_state_dict(meta["state"])
@@ -65,6 +68,18 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         logger.warning(
             "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
     return resolved
+
+
+def reslice_optimizer(trainer) -> None:
+    """After the layout is applied: give a sharding stage 3 optimizer the resumed states of its sliced parameters
+    as the ranges this rank holds (``trainer.checkpoint.slices``); then let the whole states go."""
+    state = getattr(trainer, "resumed_optimizer_state", None)
+    trainer.resumed_optimizer_state = None
+    if state is None:
+        return
+    split = split_parameters(trainer.model, getattr(trainer.layout, "sharding_rank", 0))
+    if split:
+        trainer.optimizer.set_state_dict(sliced_optimizer_state(split, state))
 
 
 def adapt_to_world_size(trainer, meta: dict) -> None:

@@ -60,6 +60,8 @@ MAY_CHANGE = frozenset({
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
     "do_train", "do_eval", "do_predict", "do_export",
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
+    # the layout: a checkpoint reshards onto any of them (trainer.checkpoint.shards); recompute gives equal gradients
+    "sharding", "sharding_parallel_degree", "sharding_parallel_config", "recompute", "recompute_modules",
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")

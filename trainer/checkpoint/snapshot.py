@@ -23,6 +23,7 @@ from ..tensors import to_numpy
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 from .shards import digest, holdings, plan, shard_file, written_by
+from .slices import split_parameters, take_slices
 
 
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
@@ -87,16 +88,20 @@ def snapshot(trainer) -> dict:
     rank is gathered to rank 0. Returns what this rank writes: ``{}`` on ranks
     that write nothing (every rank but 0 when all hold the same state).
     """
-    model = trainer.model
+    model, layout = trainer.model, getattr(trainer, "layout", None)
     names = param_name_map(model)
+    split = split_parameters(model, getattr(layout, "sharding_rank", 0))  # sharding stage 3's sliced parameters
+    names.update({"slice@" + s.param.name: name for name, s in split.items()})
     model_live = model.state_dict()
     opt_live, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names, convert=lambda t: t)
-    layout = getattr(trainer, "layout", None)
-    slices = dict(layout.checkpoint_slices()) if hasattr(layout, "checkpoint_slices") else {}
+    slices = take_slices(split, model_live, opt_live)
+    if hasattr(layout, "checkpoint_slices"):  # a layout that cuts tensors itself (tensor / pipeline parallel)
+        slices.update(layout.checkpoint_slices())
     held = holdings(model_live, opt_live)
-    ranks = _gather_json({"rng": rng_state(), "held": digest(held, slices), "pid": os.getpid(), "token": time.time_ns()})
+    ranks = _gather_json({"rng": rng_state(), "held": digest(held, slices), "cut": bool(slices), "pid": os.getpid(),
+                          "token": time.time_ns()})
     loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
-    sharded = len({r["held"] for r in ranks}) > 1 or bool(slices)  # the same on every rank
+    sharded = len({r["held"] for r in ranks}) > 1 or any(r["cut"] for r in ranks)  # the same on every rank
     if sharded:  # one more collective: what every rank holds, to plan who writes what
         everything = _gather_json({"held": held, "slices": slices, "scalars": _plain(opt_scalars)})
         index = plan([e["held"] for e in everything], [e["slices"] for e in everything])

@@ -1,9 +1,10 @@
 """Worker for the sharded-checkpoint tests: the same run under plain data parallel or sharding stage 1.
 
 usage: shard_toy.py OUT_DIR TAG MODE [STOP_AT] [RESUME] [ASYNC]
-MODE: ``plain`` (one process, or paddle.DataParallel under the launcher) or ``stage1`` (fleet's
-DygraphShardingOptimizer over every process, built here with fleet directly: fleet.distributed_model and
-fleet.distributed_optimizer). Records the loss of every step, the parameters after the load and at the end,
+MODE (``:wide`` appended: a middle layer of 1040 x 1040, above the 2**20 values from which stage 3 splits a
+parameter over the ranks): ``plain`` (one process, or paddle.DataParallel under the launcher), ``stage1`` (fleet's
+DygraphShardingOptimizer over every process), ``stage2`` or ``stage3`` (paddle's group_sharded_parallel, through
+the test-only CPU shim tests/parallel/cpu_sharding_shim.py). Records the loss of every step, the parameters after the load and at the end,
 and each save's time on this rank.
 """
 
@@ -25,10 +26,10 @@ from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
 
-def make_model():
+def make_model(hidden=32):
     paddle.seed(3)
-    return paddle.nn.Sequential(paddle.nn.Linear(8, 32), paddle.nn.ReLU(), paddle.nn.Linear(32, 32), paddle.nn.ReLU(),
-                                paddle.nn.Linear(32, 2))
+    return paddle.nn.Sequential(paddle.nn.Linear(8, hidden), paddle.nn.ReLU(), paddle.nn.Linear(hidden, hidden),
+                                paddle.nn.ReLU(), paddle.nn.Linear(hidden, 2))
 
 
 class Record(Callback):
@@ -47,35 +48,27 @@ class Record(Callback):
         self.saves.append(time.perf_counter() - self.t0)
 
 
-class Stage1Trainer(Trainer):
-    """Sharding stage 1 through fleet: the optimizer wrapped by fleet, the model by fleet instead of DataParallel."""
-
-    def create_optimizer(self):
-        from paddle.distributed import fleet
-
-        return fleet.distributed_optimizer(super().create_optimizer())
-
-
 def main(out_dir, tag, mode, stop_at=0, resume=None, save_async=False):
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
-    cls = Trainer
-    if mode == "stage1":
-        from paddle.distributed import fleet
+    mode, _, wide = mode.partition(":")  # "stage3:wide": a 1040-wide middle layer, which stage 3 splits over the ranks
+    if mode in ("stage2", "stage3"):
+        import parallel.cpu_sharding_shim as shim  # test-only: paddle's CPU guards of group_sharded (stages 2/3)
 
-        strategy = fleet.DistributedStrategy()
-        strategy.hybrid_configs = {"dp_degree": 1, "mp_degree": 1, "pp_degree": 1, "sharding_degree": world}
-        fleet.init(is_collective=True, strategy=strategy)
-        dist.wrap_model = lambda model, find_unused=False: fleet.distributed_model(model)
-        cls = Stage1Trainer
+        shim.install()
     accumulation = max(1, 2 // world)  # the same global batch (16) on 1 and 2 processes
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=8, gradient_accumulation_steps=accumulation,
                              max_steps=16, learning_rate=0.01, warmup_steps=2, lr_scheduler_type="linear",
                              logging_steps=1, report_to=[], save_strategy="steps", save_steps=4,
                              evaluation_strategy="no", save_async=save_async, seed=7,
-                             save_total_limit=3 if save_async else None)  # the async run rotates; the others keep all
+                             save_total_limit=3 if save_async else None,  # the async run rotates; the others keep all
+                             sharding="" if mode == "plain" else mode, device="cpu")
     record = Record(out_dir, tag)
-    trainer = cls(make_model(), args, train_dataset=ToyDataset(128), loss_fn=paddle.nn.CrossEntropyLoss(),
+    trainer = Trainer(make_model(1040 if wide else 32), args, train_dataset=ToyDataset(128), loss_fn=paddle.nn.CrossEntropyLoss(),
                   callbacks=[record] + ([StopAt(stop_at)] if stop_at else []))
+    if wide:  # NaNGuard reads every parameter at a log, which stage 3 holds only in slices between steps
+        from callbacks.nan_guard import NaNGuard
+
+        trainer.remove_callback(NaNGuard)
     state = trainer.fit(resume_from_checkpoint=resume)
     rank = dist.get_rank()
     np.savez(os.path.join(out_dir, f"params-{tag}-rank{rank}.npz"),
