@@ -1,61 +1,42 @@
-"""Sharded checkpoints for real: 2 processes under fleet's sharding stage 1 (DygraphShardingOptimizer) write one
-shard each under one manifest, and a resume maps them onto another layout: 2 ranks stage 1 -> 2 ranks stage 1,
--> 1 rank plain, -> 2 ranks plain data parallel; and 1 rank plain -> 2 ranks stage 1. Parameters after the load
-equal the checkpoint's bitwise; the continued run's losses, checkpoints (parameters and optimizer states) and
-final parameters are compared with the uninterrupted stage-1 run."""
+"""Sharded checkpoints for real, 2 processes: sharding stage 1 (fleet's DygraphShardingOptimizer) writes one shard
+per rank under one manifest, and a resume maps them onto another layout: 2 ranks stage 1 -> 2 ranks stage 1, ->
+1 rank plain, -> 2 ranks stage 2; and 1 rank plain -> 2 ranks stage 2 (stage 2 through the test-only CPU shim,
+tests/parallel/cpu_sharding_shim.py). Parameters after the load equal the checkpoint's bitwise; the continued
+run's losses, checkpoints (parameters and optimizer states) and final parameters are compared with the
+uninterrupted stage-1 run, bitwise. Stage 3 (parameters in slices): test_sharded_checkpoint_stage3.py."""
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from helpers import REPO, launch
+from helpers import launch
+from sharded_trials import STOP, WORKER, assert_continues_exactly, checkpoint, run_one
 
 from trainer import DataError
 from trainer.checkpoint.manifest import read_verified, verify
 from trainer.checkpoint.store import resolve
 
-WORKER = os.path.join(REPO, "tests", "distributed", "workers", "shard_toy.py")
-STOP = 8
 
-
-def _one(args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
-    env["PYTHONPATH"] = REPO
-    proc = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True, text=True, timeout=300,
-                          cwd=REPO, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stderr
-
-
-def _result(out, tag, rank=0):
-    with open(os.path.join(out, f"result-{tag}-rank{rank}.json")) as f:
-        return json.load(f)
+pytestmark = pytest.mark.timeout(1800)  # the runs of the module fixture happen within the first test's time
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = str(tmp_path_factory.mktemp("shard"))
-    d = {name: os.path.join(base, name) for name in ("full", "async", "part", "s1s1", "s1plain1", "s1dp2", "p1", "p1s1")}
+    d = {name: os.path.join(base, name) for name in ("full", "async", "part", "s1s1", "s1plain1", "s1s2", "p1", "p1s2")}
     launch(WORKER, [d["full"], "full", "stage1"], 2, d["full"] + "-log")
     launch(WORKER, [d["async"], "full", "stage1", 0, "-", "async"], 2, d["async"] + "-log")
     launch(WORKER, [d["part"], "part", "stage1", STOP], 2, d["part"] + "-log")
-    for name in ("s1s1", "s1plain1", "s1dp2"):
+    for name in ("s1s1", "s1plain1", "s1s2"):
         shutil.copytree(d["part"], d[name])
     launch(WORKER, [d["s1s1"], "res", "stage1", 0, "auto"], 2, d["s1s1"] + "-log")
-    d["s1plain1-log"] = _one([d["s1plain1"], "res", "plain", 0, "auto"])
-    launch(WORKER, [d["s1dp2"], "res", "plain", 0, "auto"], 2, d["s1dp2"] + "-log")
-    _one([d["p1"], "part", "plain", STOP])
-    shutil.copytree(d["p1"], d["p1s1"])
-    launch(WORKER, [d["p1s1"], "res", "stage1", 0, "auto"], 2, d["p1s1"] + "-log")
+    d["s1plain1-log"] = run_one([d["s1plain1"], "res", "plain", 0, "auto"])
+    launch(WORKER, [d["s1s2"], "res", "stage2", 0, "auto"], 2, d["s1s2"] + "-log")
+    run_one([d["p1"], "part", "plain", STOP])
+    shutil.copytree(d["p1"], d["p1s2"])
+    launch(WORKER, [d["p1s2"], "res", "stage2", 0, "auto"], 2, d["p1s2"] + "-log")
     return d
-
-
-def _ckpt(out, step):
-    return read_verified(os.path.join(out, "checkpoints", f"step-{step}"))
 
 
 def test_each_rank_writes_its_own_shard_under_one_manifest(runs):
@@ -82,40 +63,25 @@ def test_an_async_save_writes_the_same_checkpoints_and_rotation_counts_them(runs
     kept = sorted(n for n in os.listdir(os.path.join(runs["async"], "checkpoints")) if n.startswith("step-"))
     assert kept == ["step-12", "step-16", "step-8"]  # save_total_limit 3: step-4 rotated away
     for step in (8, 12, 16):
-        sync, background = _ckpt(runs["full"], step), _ckpt(runs["async"], step)
+        sync, background = checkpoint(runs["full"], step), checkpoint(runs["async"], step)
         for a, b in ((sync.model_state, background.model_state), (sync.opt_tensors, background.opt_tensors)):
             assert sorted(a) == sorted(b)
             for k in a:
                 assert np.array_equal(a[k], b[k]), (step, k)
 
 
-@pytest.mark.parametrize("name,world", [("s1s1", 2), ("s1plain1", 1), ("s1dp2", 2), ("p1s1", 2)])
+@pytest.mark.parametrize("name,world", [("s1s1", 2), ("s1plain1", 1), ("s1s2", 2), ("p1s2", 2)])
 def test_a_resume_onto_another_layout_continues_the_run_exactly(runs, name, world):
-    out, full = runs[name], runs["full"]
-    loaded = np.load(os.path.join(out, "loaded-res-rank0.npz"))
-    saved = _ckpt(out, STOP).model_state
-    for k in saved:
-        assert np.array_equal(loaded[k], saved[k]), k  # the parameters after the load are the checkpoint's, bitwise
-    result, reference = _result(out, "res"), _result(full, "full")
-    assert result["global_step"] == 16 and result["accumulation"] == 2 // world
-    for step in range(STOP + 1, 17):  # the same arithmetic (a global batch of 16 summed over 2 halves): exact
-        assert result["loss"][str(step)] == reference["loss"][str(step)], step
-    for step in (12, 16):  # parameters and optimizer states of the continued run's checkpoints, bitwise
-        mine, ref = _ckpt(out, step), _ckpt(full, step)
-        for a, b in ((mine.model_state, ref.model_state), (mine.opt_tensors, ref.opt_tensors)):
-            assert sorted(a) == sorted(b)
-            for k in a:
-                assert np.array_equal(a[k], b[k]), (name, step, k)
-    final, ref_final = np.load(os.path.join(out, "params-res-rank0.npz")), np.load(os.path.join(full, "params-full-rank0.npz"))
-    for k in ref_final.files:
-        assert np.array_equal(final[k], ref_final[k]), k
+    # a global batch of 16 summed over 2 halves on every layout: the same arithmetic, so bitwise
+    assert_continues_exactly(runs[name], runs["full"], accumulation=2 // world)
 
 
 def test_the_checkpoints_a_resumed_run_writes_follow_its_own_layout(runs):
     assert verify(os.path.join(runs["s1plain1"], "checkpoints", "step-12"))["format_version"] == 1
-    assert verify(os.path.join(runs["s1dp2"], "checkpoints", "step-12"))["format_version"] == 1  # ranks hold the same
-    assert verify(os.path.join(runs["p1s1"], "checkpoints", "step-8"))["format_version"] == 1
-    assert verify(os.path.join(runs["p1s1"], "checkpoints", "step-12"))["format_version"] == 2
+    stage2 = verify(os.path.join(runs["s1s2"], "checkpoints", "step-12"))
+    assert stage2["format_version"] == 2 and stage2["layout"]["sharding_stage"] == 2
+    assert verify(os.path.join(runs["p1s2"], "checkpoints", "step-8"))["format_version"] == 1
+    assert verify(os.path.join(runs["p1s2"], "checkpoints", "step-12"))["format_version"] == 2
     assert "written by 2 processes, this run has 1: the RNG states are not restored" in runs["s1plain1-log"]
 
 

@@ -1,0 +1,58 @@
+"""What the sharded-checkpoint trials share: running the worker on one process, and the check that a resumed run
+continued the uninterrupted one exactly (test_sharded_checkpoint.py, test_sharded_checkpoint_stage3.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+from helpers import REPO
+
+from trainer.checkpoint.manifest import read_verified
+
+WORKER = os.path.join(REPO, "tests", "distributed", "workers", "shard_toy.py")
+STOP = 8  # the interrupted runs stop (and save) at step 8 of 16
+
+
+def run_one(args) -> str:
+    """The worker on one process (no launcher); its stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env["PYTHONPATH"] = REPO
+    proc = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def result(out, tag, rank=0) -> dict:
+    with open(os.path.join(out, f"result-{tag}-rank{rank}.json")) as f:
+        return json.load(f)
+
+
+def checkpoint(out, step):
+    return read_verified(os.path.join(out, "checkpoints", f"step-{step}"))
+
+
+def assert_continues_exactly(out: str, full: str, accumulation: int) -> None:
+    """The run resumed in ``out`` from its step-8 checkpoint continued the uninterrupted run in ``full`` bitwise:
+    parameters after the load, every later loss, the parameters and optimizer states of its step-12 and step-16
+    checkpoints, and the final parameters."""
+    loaded = np.load(os.path.join(out, "loaded-res-rank0.npz"))
+    saved = checkpoint(out, STOP).model_state
+    assert sorted(loaded.files) == sorted(saved)
+    for k in saved:
+        assert np.array_equal(loaded[k], saved[k]), k
+    mine, reference = result(out, "res"), result(full, "full")
+    assert mine["global_step"] == 16 and mine["accumulation"] == accumulation
+    for step in range(STOP + 1, 17):
+        assert mine["loss"][str(step)] == reference["loss"][str(step)], step
+    for step in (12, 16):
+        a, b = checkpoint(out, step), checkpoint(full, step)
+        for x, y in ((a.model_state, b.model_state), (a.opt_tensors, b.opt_tensors)):
+            assert sorted(x) == sorted(y)
+            for k in x:
+                assert np.array_equal(x[k], y[k]), (out, step, k)
+    final, ref_final = np.load(os.path.join(out, "params-res-rank0.npz")), np.load(os.path.join(full, "params-full-rank0.npz"))
+    for k in ref_final.files:
+        assert np.array_equal(final[k], ref_final[k]), k
