@@ -36,8 +36,8 @@ def checkpoint(out, step):
 
 def assert_continues_exactly(out: str, full: str, accumulation: int) -> None:
     """The run resumed in ``out`` from its step-8 checkpoint continued the uninterrupted run in ``full`` bitwise:
-    parameters after the load, every later loss, the parameters and optimizer states of its step-12 and step-16
-    checkpoints, and the final parameters."""
+    parameters after the load, every later loss, and the parameters and optimizer states of its step-12 and step-16
+    checkpoints (step 16 is the last: the final state, gathered whole whichever layout held it)."""
     loaded = np.load(os.path.join(out, "loaded-res-rank0.npz"))
     saved = checkpoint(out, STOP).model_state
     assert sorted(loaded.files) == sorted(saved)
@@ -53,6 +53,3 @@ def assert_continues_exactly(out: str, full: str, accumulation: int) -> None:
             assert sorted(x) == sorted(y)
             for k in x:
                 assert np.array_equal(x[k], y[k]), (out, step, k)
-    final, ref_final = np.load(os.path.join(out, "params-res-rank0.npz")), np.load(os.path.join(full, "params-full-rank0.npz"))
-    for k in ref_final.files:
-        assert np.array_equal(final[k], ref_final[k]), k
