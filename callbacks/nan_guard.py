@@ -135,7 +135,7 @@ class NaNGuard(Callback):
     # ---- events -----------------------------------------------------------------
     def on_fit_begin(self, trainer):
         if self.action == "stop":
-            self._params = [p for p in trainer.model.parameters() if not p.stop_gradient]
+            self._params = None  # taken at the first step: fit() lays the model out after on_fit_begin
             self._first_bad = paddle.full([], -1, dtype="int64")
             self._first_loss = paddle.full([], -1, dtype="int64")
             self._folded = False
@@ -233,7 +233,7 @@ class NaNGuard(Callback):
     def _note_gradients(self, trainer) -> None:
         if not self.check_gradients or trainer.grad_scaler is not None or self._first_bad is None:
             return  # a loss scaler (AMP fp16, NaNGuard 'skip') already skips non-finite updates
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = [p.grad for p in self._held(trainer) if p.grad is not None]
         if not grads:
             return
         bad = unscale_and_check(grads, self._one)  # paddle's fused check (gradients divided by 1: unchanged)
@@ -251,6 +251,23 @@ class NaNGuard(Callback):
             self._kept.append((state.global_step, loss, norm))
             if len(self._kept) >= KEEP_MAX:  # no check for that long (logging off): fold on the device
                 self._fold_kept()
+
+    def _held(self, trainer) -> list:
+        if self._params is None:
+            self._params = trainer.layout.held_parameters(trainer.model)
+        return self._params
+
+    def _param_flags(self, trainer) -> list:
+        """0-d finiteness flags of the parameters this rank holds (``trainer.layout``); one flag agreed over the
+        ranks that each hold a part of them (stage 3), so every rank decides the same."""
+        # asked at every check: under stage 3 the slices a rank holds are new tensors after every step
+        flags = [_C_ops.all(_C_ops.isfinite(p), [], False) for p in trainer.layout.held_parameters(trainer.model)]
+        group = trainer.layout.parameter_group
+        if group is None or not flags:
+            return flags
+        bad = paddle.logical_not(_C_ops.stack(flags, 0).all()).astype("int32")
+        paddle.distributed.all_reduce(bad, group=group)  # a collective at logging steps only
+        return [bad == 0]
 
     @paddle.no_grad()
     def _fold_kept(self) -> None:
@@ -279,7 +296,8 @@ class NaNGuard(Callback):
         head = self.check_gradients or folded  # the first bad step noted on the device: read it too
         # 0-d flags stacked once; paddle's ops are called directly (its Python wrappers cost ~40 us a log)
         scalars = [self._first_bad < 0] if head else []
-        scalars.extend(_C_ops.all(_C_ops.isfinite(p), [], False) for p in self._params)
+        param_flags = self._param_flags(trainer)
+        scalars.extend(param_flags)
         if folded:
             scalars.append(self._first_loss < 0)
         parts = [_C_ops.stack(scalars, 0)] if scalars else []
@@ -295,8 +313,8 @@ class NaNGuard(Callback):
         flags = (parts[0] if len(parts) == 1 else _C_ops.concat(parts, 0)).numpy() if parts else np.ones(0, bool)
         at = int(head)
         first = int(self._first_bad.numpy()) if head and not flags[0] else -1
-        params = not flags[at:at + len(self._params)].all()
-        at += len(self._params)
+        params = not flags[at:at + len(param_flags)].all()
+        at += len(param_flags)
         folded_loss = int(self._first_loss.numpy()) if folded and not flags[at] else -1  # (a failing check only)
         rest = flags[at + int(folded):]
         bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)

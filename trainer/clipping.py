@@ -24,7 +24,7 @@ from typing import Iterable
 import paddle
 
 
-def clip_grad_norm(parameters: Iterable[paddle.Tensor], max_norm: float, eps: float = 1e-6) -> paddle.Tensor:
+def clip_grad_norm(parameters: Iterable[paddle.Tensor], max_norm: float) -> paddle.Tensor:
     """Scale the gradients of ``parameters`` so their global L2 norm is at most ``max_norm``.
 
     Returns the norm before clipping: a float32 device tensor (0 when no
@@ -34,16 +34,18 @@ def clip_grad_norm(parameters: Iterable[paddle.Tensor], max_norm: float, eps: fl
     skips that step.
     """
     with paddle.no_grad():
-        return _clip([p.grad for p in parameters if p.grad is not None], float(max_norm), eps)
+        return _clip([p.grad for p in parameters if p.grad is not None], float(max_norm))
 
 
-def _clip(grads, max_norm: float, eps: float) -> paddle.Tensor:
+def _clip(grads, max_norm: float) -> paddle.Tensor:
     if not grads:
         return paddle.zeros([], dtype="float32")
     norms = [paddle.linalg.norm(g.detach().astype("float32") if g.dtype != paddle.float32 else g.detach())
              for g in grads]
     total = paddle.linalg.norm(paddle.stack(norms)) if len(norms) > 1 else norms[0]
-    coef = paddle.clip(max_norm / (total + eps), max=1.0)
+    # paddle's ClipGradByGlobalNorm's coefficient, which sharded runs clip with inside the optimizer (trainer.parallel):
+    # the same arithmetic in every layout
+    coef = max_norm / paddle.maximum(total, paddle.full([], max_norm, dtype="float32"))
     by_dtype = {}
     for g in grads:
         if g.dtype == paddle.float16 and g.place.is_cpu_place():

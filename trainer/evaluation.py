@@ -49,7 +49,7 @@ class InferenceOutput(NamedTuple):
 def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]) -> InferenceOutput:
     """Run ``trainer.evaluation_step`` over ``dataset`` (firing ``begin``/``end`` around each batch when given)."""
     loader = trainer.eval_dataloader = trainer.get_eval_dataloader(dataset)
-    model = trainer.model_wrapped if isinstance(trainer.model_wrapped, paddle.DataParallel) else trainer.model
+    model = trainer.model_wrapped if isinstance(trainer.model_wrapped, paddle.DataParallel) else trainer.inference_model
     was_training = model.training
     model.eval()
     loss_sum = paddle.zeros([], dtype="float64")
@@ -60,7 +60,7 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
             for batch in batches:
                 if begin:
                     trainer.fire(begin)
-                loss, preds, labels = trainer.evaluation_step(trainer.model, batch)
+                loss, preds, labels = trainer.evaluation_step(trainer.inference_model, batch)
                 if trainer.preprocess_predictions is not None:  # e.g. argmax per batch: less to keep and gather
                     preds = trainer.preprocess_predictions(preds, labels)
                 n = batch_size(batch)

@@ -147,6 +147,13 @@ class Trainer(PaddleNLPAPI):
     def is_main_process(self) -> bool:
         return self._rank == 0
 
+    @property
+    def inference_model(self) -> paddle.nn.Layer:
+        """The model evaluation and prediction run: ``model``, or under sharding stage 3 the wrapper that gathers
+        each rank's parameter slices in the forward (``trainer.parallel``)."""
+        applied = self._parallel[1] if self._parallel is not None and self._parallel[0] is self.model else None
+        return applied.inference_model if applied is not None and applied.inference_model is not None else self.model
+
     def add_callback(self, callback: Callback) -> None:
         for cb in self._adapt(callback):  # PaddleNLP and hapi callbacks join their adapter
             self.callbacks.add(cb)

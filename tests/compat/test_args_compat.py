@@ -73,9 +73,10 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert isinstance(a, TrainingArguments)
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
     assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
-    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # kept, with no effect
+    assert (a.recompute, a.scale_loss) == (True, 1024.0)  # recompute acts (trainer.parallel); scale_loss has no effect
+    assert trainer.layout.recompute is True
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
-    assert len(warnings) == 1 and "recompute=True" in warnings[0] and "scale_loss=1024" in warnings[0]
+    assert len(warnings) == 1 and "recompute" not in warnings[0] and "scale_loss=1024" in warnings[0]
     assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
     assert any("report_to wandb" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
@@ -99,25 +100,28 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     theirs, hints_theirs = dataclasses.fields(PaddleNLPArguments), typing.get_type_hints(PaddleNLPArguments)
     ours_fields, hints_ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}, typing.get_type_hints(TrainingArguments)
     ours = TrainingArguments(output_dir="x")
-    only_theirs = set(TrainingArguments.no_effect_fields()) | {"no_cuda", "local_rank"}
+    only_theirs = set(TrainingArguments.no_effect_fields()) | set(paddlenlp_fields.WITH_EFFECT)
     for f in theirs:
         getattr(ours, f.name)  # no AttributeError
         if f.name in only_theirs:
             assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
             assert default(ours_fields[f.name]) == default(f), f.name
             assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
-    assert len(only_theirs) >= 49
+    assert len(only_theirs) >= 44
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
             ["--output_dir", "o", "--lazy_data_processing", "false", "--logging_dir", "logs", "--recompute", "--no_cuda"])
-        TrainingArguments(lazy_data_processing=False, sharding_degree=2)  # lazy_data_processing: warned already
+        TrainingArguments(lazy_data_processing=False, use_expert_parallel=True)  # lazy_data_processing: warned already
+        # a degree of 1 is "off", never a warning; sharding_degree is PaddleNLP's older sharding_parallel_degree
+        TrainingArguments(tensor_parallel_degree=1, pipeline_parallel_degree=1, sep_parallel_degree=1)
+        assert TrainingArguments(sharding="stage1", sharding_degree=1).sharding_parallel_degree == 1
     assert (parsed.lazy_data_processing, parsed.logging_dir, parsed.recompute, parsed.device) == (False, "logs", True, "cpu")
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
     assert len(warnings) == 2, warnings
-    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "logging_dir", "recompute"))
-    assert "no_cuda" not in warnings[0]  # it has an effect: device cpu
-    assert "sharding_degree=2" in warnings[1] and "lazy_data_processing" not in warnings[1]
+    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "logging_dir"))
+    assert "no_cuda" not in warnings[0] and "recompute" not in warnings[0]  # they have an effect
+    assert "use_expert_parallel=True" in warnings[1] and "lazy_data_processing" not in warnings[1]
 
 
 def test_learning_rate_zero_is_accepted_and_trains_nothing_under_both_trainers(tmp_path):

@@ -14,8 +14,9 @@ exactly these, and nothing else:
 4. ``ParamStorage._add_param_as_view``: ``param.cpu()`` then ``param._clear_data()``; on CPU ``cpu()``
    shares the parameter's memory, so the clear wipes the copy too: ``cpu()`` gives a real copy inside it.
 5. ``paddle.get_device()`` read as ``"<type>:<id>"`` (``int(get_device().split(":")[1])`` in
-   ``GroupShardedOptimizerStage2.__init__``; ``GroupShardedClipGrad._dygraph_clip`` moves the norm to
-   CUDA when the device is "cpu"): "cpu:0" when, and only when, those two ask.
+   ``GroupShardedOptimizerStage2.__init__``; ``GroupShardedStage3.__init__`` hands it to its clip, whose
+   ``_dygraph_clip`` splits it too and moves the norm to CUDA when the device is "cpu"): "cpu:0" when,
+   and only when, those three ask (stage 3's own reading of "cpu:0" is what it reads of "cpu").
 
 What only this shim exercises (the GPU runs them unshimmed: benchmarks/gpu_check.py): the guards above,
 the CUDA copies they stand for, and every stage 2/3 collective over NCCL instead of gloo.
@@ -66,6 +67,7 @@ def install() -> None:
 
     get_device = paddle.device.get_device
     device_readers = {("paddle.distributed.fleet.meta_parallel.sharding.group_sharded_optimizer_stage2", "__init__"),
+                      ("paddle.distributed.fleet.meta_parallel.sharding.group_sharded_stage3", "__init__"),
                       ("paddle.distributed.fleet.meta_parallel.sharding.group_sharded_utils", "_dygraph_clip")}
 
     def get_device_with_id():  # 5.

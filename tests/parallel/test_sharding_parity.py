@@ -68,6 +68,7 @@ def test_two_ranks_train_like_one_process(mode, variant, reference, tmp_path):
     diff = np.abs(np.array(r0["losses"]) - np.array(ref["losses"])).max()
     print(f"PARITY {mode} {variant}: max loss difference {diff:.3g} over {len(ref['losses'])} steps")
     assert diff <= 1e-6, (r0["losses"], ref["losses"])
+    assert abs(r0["eval_loss"] - ref["eval_loss"]) <= 1e-6 and r0["eval_loss"] == r1["eval_loss"]
     for name, value in ref_params.items():
         np.testing.assert_allclose(p0[name], value, atol=2e-6, err_msg=name)
         np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)  # every rank ends with the same model

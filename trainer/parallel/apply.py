@@ -46,6 +46,7 @@ class Parallelized:
     model: paddle.nn.Layer
     optimizer: Any
     scaler: Any = None
+    inference_model: Optional[paddle.nn.Layer] = None  # what evaluation runs when not the bare model (stage 3's wrapper)
 
 
 def sharding_configs(text: str, stage: int) -> set:
@@ -122,7 +123,8 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
     if "enable_stage2_overlap" in configs:  # as PaddleNLP's Trainer does
         model._set_reduce_overlap(True)
         optimizer._set_broadcast_overlap(True, model)
-    return Parallelized(model, optimizer, scaler)
+    # stage 3 keeps each rank's slice only: a forward must go through the wrapper, which gathers the parameters
+    return Parallelized(model, optimizer, scaler, inference_model=model if layout.shards_parameters else None)
 
 
 def _init_hybrid(layout: Layout, configs: set, accumulation: int) -> None:

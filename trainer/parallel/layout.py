@@ -198,6 +198,21 @@ class Layout:
         sharding only rank 0 holds anything the others do not."""
         return self.dp_rank == 0 and (self.sharded or self.rank == 0)
 
+    @property
+    def parameter_group(self):
+        """The group whose ranks each hold a part of the parameters (stage 3: the sharding group); None when every
+        rank holds them whole. A check of the parameters (NaN guard) is reduced over it, so ranks agree."""
+        return self.sharding_group if self.shards_parameters else None
+
+    def held_parameters(self, model) -> list:
+        """The trainable parameter tensors this rank holds: the parameters themselves, or under stage 3 this rank's
+        slices of the sliced ones (paddle keeps them as ``param.fw_storage``; a parameter it leaves whole stays).
+        Ask again at each use: under stage 3 the slices are new tensors after every optimizer step."""
+        params = [p for p in model.parameters() if not p.stop_gradient]
+        if not self.shards_parameters:
+            return params
+        return [getattr(p, "fw_storage", None) if getattr(p, "fw_storage", None) is not None else p for p in params]
+
     def describe(self) -> dict:
         """Plain JSON the checkpoint manifest records (``ptrain inspect`` shows it)."""
         return {"world_size": self.world_size, "dp_degree": self.dp_degree, "sharding_degree": self.sharding_degree,

@@ -40,7 +40,7 @@ class Blocks(paddle.nn.Layer):
 
 class Data(paddle.io.Dataset):
     def __init__(self, n=96, features=16, classes=4):
-        rng = np.random.RandomState(7)
+        rng = np.random.RandomState(7 + n)
         self.x = rng.randn(n, features).astype("float32")
         self.y = (np.abs(self.x[:, :classes]).argmax(1)).astype("int64")
 
@@ -69,6 +69,7 @@ def main(out_dir, opts):
                              recompute=opts.get("recompute", False), device="cpu")
     trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss())
     state = trainer.fit()
+    metrics = trainer.evaluate(Data(n=40))  # stage 3: through the wrapper, which gathers the slices
     wrapped = trainer.model_wrapped
     if hasattr(wrapped, "get_all_parameters"):  # stage 3: gather the parameter slices back
         wrapped.get_all_parameters()
@@ -76,7 +77,7 @@ def main(out_dir, opts):
     np.savez(os.path.join(out_dir, f"params-rank{rank}.npz"), **{k: v.numpy() for k, v in model.state_dict().items()})
     with open(os.path.join(out_dir, f"result-rank{rank}.json"), "w") as f:
         json.dump({"layout": trainer.layout.describe(), "global_step": state.global_step,
-                   "losses": [r["loss"] for r in state.log_history if "loss" in r],
+                   "losses": [r["loss"] for r in state.log_history if "loss" in r], "eval_loss": metrics["eval_loss"],
                    "optimizer": type(trainer.optimizer).__name__, "model": type(wrapped).__name__}, f)
 
 
