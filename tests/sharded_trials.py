@@ -53,3 +53,19 @@ def assert_continues_exactly(out: str, full: str, accumulation: int) -> None:
             assert sorted(x) == sorted(y)
             for k in x:
                 assert np.array_equal(x[k], y[k]), (out, step, k)
+
+
+def assert_export_is_the_merged_model(out: str) -> None:
+    """``trainer.export()`` after the run in ``out`` wrote one inference model whose outputs are the MLP's with the
+    final checkpoint's whole weights (put together from the shards)."""
+    from helpers import ToyDataset
+
+    from trainer.deploy.predictor import create_predictor, run_predictor
+
+    weights = checkpoint(out, 16).model_state
+    x = ToyDataset(128).x[:16]
+    h = np.maximum(x @ weights["0.weight"] + weights["0.bias"], 0)
+    h = np.maximum(h @ weights["2.weight"] + weights["2.bias"], 0)
+    expected = h @ weights["4.weight"] + weights["4.bias"]
+    (logits,) = run_predictor(create_predictor(os.path.join(out, "inference")), [x])
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 from helpers import launch
-from sharded_trials import STOP, WORKER, assert_continues_exactly, checkpoint, run_one
+from sharded_trials import STOP, WORKER, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, run_one
 
 from trainer import DataError
 from trainer.checkpoint.manifest import read_verified, verify
@@ -108,3 +108,7 @@ def test_a_damaged_or_missing_shard_is_named_and_nothing_is_loaded(runs, tmp_pat
 
     described = describe_checkpoint(ckpt + ".damaged")
     assert "INVALID" in described and "rank 1 shard-00001-of-00002.safetensors" in described
+
+
+def test_export_writes_one_merged_inference_model(runs):
+    assert_export_is_the_merged_model(runs["full"])

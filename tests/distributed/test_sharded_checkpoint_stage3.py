@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 from helpers import launch
-from sharded_trials import STOP, WORKER, assert_continues_exactly, checkpoint, run_one
+from sharded_trials import STOP, WORKER, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, result, run_one
 
 from trainer.checkpoint.manifest import verify
 
@@ -71,3 +71,22 @@ def test_the_whole_tensor_is_the_same_whichever_layout_saved_it(runs):
         assert sorted(a) == sorted(b)
         for k in a:
             assert np.array_equal(a[k], b[k]), k
+
+
+def test_export_of_a_stage3_run_is_refused_in_one_line_and_its_checkpoint_exports_merged(runs, tmp_path):
+    import paddle
+    from helpers import ToyDataset
+
+    from trainer import Trainer, TrainingArguments
+    from trainer.checkpoint.load import load_weights
+
+    refused = result(runs["full"], "full")["export_refused"]
+    assert refused.startswith("export: this run holds its parameters in slices (sharding stage3)") and "\n" not in refused
+    out = str(tmp_path / "one")
+    shutil.copytree(os.path.join(runs["full"], "checkpoints"), os.path.join(out, "checkpoints"))
+    paddle.seed(0)
+    model = paddle.nn.Sequential(paddle.nn.Linear(8, 1040), paddle.nn.ReLU(), paddle.nn.Linear(1040, 1040),
+                                 paddle.nn.ReLU(), paddle.nn.Linear(1040, 2))
+    load_weights(model, os.path.join(out, "checkpoints", "step-16"))
+    Trainer(model, TrainingArguments(output_dir=out, report_to=[], device="cpu"), train_dataset=ToyDataset(128)).export()
+    assert_export_is_the_merged_model(out)

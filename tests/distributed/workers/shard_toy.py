@@ -22,7 +22,7 @@ import paddle  # noqa: E402
 from helpers import StopAt, ToyDataset  # noqa: E402
 
 from callbacks import Callback  # noqa: E402
-from trainer import Trainer, TrainingArguments  # noqa: E402
+from trainer import ConfigError, Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
 
@@ -71,9 +71,15 @@ def main(out_dir, tag, mode, stop_at=0, resume=None, save_async=False):
         trainer.remove_callback(NaNGuard)
     state = trainer.fit(resume_from_checkpoint=resume)
     rank = dist.get_rank()
+    refused = None
+    if tag == "full":  # one inference model from this layout (every rank calls export; rank 0 writes)
+        try:
+            trainer.export()
+        except ConfigError as exc:  # stage 3: refused, export the final checkpoint on one process instead
+            refused = str(exc)
     with open(os.path.join(out_dir, f"result-{tag}-rank{rank}.json"), "w") as f:
         json.dump({"global_step": state.global_step, "status": state.status, "saves": record.saves,
-                   "accumulation": trainer.args.gradient_accumulation_steps,
+                   "accumulation": trainer.args.gradient_accumulation_steps, "export_refused": refused,
                    "loss": {r["step"]: r["loss"] for r in state.log_history if "loss" in r}}, f)
 
 
