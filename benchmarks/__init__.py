@@ -12,6 +12,8 @@ checkpoint the training stall of a checkpoint save (sync and async) and the
            cost of resuming (``benchmarks/checkpoint.py``)
 serve      ``ptrain serve`` under a closed-loop load on loopback: requests/s and
            p50/p99 latency with and without dynamic batching
+memory     peak memory per rank and step time of data parallel, sharding stages
+           1/2/3, each with recompute; the largest model under a memory limit
 =========  =====================================================================
 
 Each runs with a short default (a few minutes on 2 CPU cores); ``--help``
@@ -26,4 +28,5 @@ BENCHMARKS = {
     "dataloader": "benchmarks.dataloader",
     "checkpoint": "benchmarks.checkpoint",
     "serve": "benchmarks.serve",
+    "memory": "benchmarks.memory",
 }

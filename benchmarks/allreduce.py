@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -205,17 +204,11 @@ def worker(a) -> None:
 # =============================================================================
 # parent
 # =============================================================================
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(a) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-allreduce-")
     out = os.path.join(tmp, "result.json")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc),
-           "--master", f"127.0.0.1:{_free_port()}", "--log_dir", os.path.join(tmp, "log"),
+           "--master", f"127.0.0.1:{common.free_port()}", "--log_dir", os.path.join(tmp, "log"),
            os.path.join(common.REPO, "benchmarks", "allreduce.py"), "--worker", "--out", out,
            "--min-size", a.min_size, "--max-size", a.max_size, "--workloads", a.workloads, "--seed", str(a.seed)]
     if a.sync_steps:
@@ -226,13 +219,9 @@ def launch(a) -> dict:
     env = common.child_env({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)})
     proc = subprocess.run(cmd, cwd=common.REPO, env=env, capture_output=True, text=True, timeout=a.timeout)
     if proc.returncode != 0 or not os.path.exists(out):
-        logs = ""
-        log_dir = os.path.join(tmp, "log")
-        for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
-            with open(os.path.join(log_dir, name), errors="replace") as f:
-                logs += f"\n--- {name}\n" + f.read()[-3000:]
         raise common.BenchmarkError(f"launch failed ({proc.returncode}): {' '.join(cmd)}\n"
-                                    f"{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}{logs}")
+                                    f"{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}"
+                                    f"{common.launch_logs(os.path.join(tmp, 'log'))}")
     with open(out, encoding="utf-8") as f:
         return json.load(f)
 

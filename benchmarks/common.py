@@ -161,5 +161,23 @@ def write_outputs(markdown: str, raw: dict, markdown_path: Optional[str], json_p
             json.dump(raw, f, indent=1, sort_keys=True)
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a launcher's ``--master``)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_logs(log_dir: str) -> str:
+    """The tail of each worker log of a ``paddle.distributed.launch`` run, for an error message."""
+    logs = ""
+    for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+        with open(os.path.join(log_dir, name), errors="replace") as f:
+            logs += f"\n--- {name}\n" + f.read()[-3000:]
+    return logs
+
+
 def split_list(value: str) -> List[str]:
     return [v.strip() for v in value.split(",") if v.strip()]

@@ -29,6 +29,13 @@ Checks (each PASS, FAIL or SKIP with the reason and the numbers measured):
   evaluation crops are within 8/255 mean absolute difference of DALI's CPU decode
   of the same boxes, and its images/s are shown next to the CPU pipeline's (SKIP
   without ``pip install '.[dali]'``).
+- ``oom_retry``: ``auto_find_batch_size`` on the card: paddle's GPU allocator capped by
+  ``FLAGS_gpu_memory_limit_mb`` fails for real (its BadAlloc arrives as ``MemoryError``), the
+  micro-batch halves until the step fits, and the parameters end within 1e-5 of an uncapped run of
+  the same global batch; ``skip_memory_metrics=False`` logs paddle's peak allocated/reserved MiB
+  (``tests/distributed/workers/oom_toy.py``, the worker the CPU test runs under RLIMIT_AS).
+- ``sharding``, ``sharding_offload_amp``: sharding stages 1/2/3 (+ recompute, offload, AMP O2, master
+  gradients) on 2 cards against one card, unshimmed (``benchmarks/gpu_sharding.py``; 2+ cards).
 
 Without a GPU it says so and exits 0 (the CPU test suite covers the rest).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -50,6 +57,8 @@ from typing import Callable, Dict, List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+from benchmarks import gpu_sharding  # noqa: E402 - after the repository is on sys.path
 
 
 @dataclass
@@ -308,6 +317,34 @@ def check_dali(tmp: str) -> Row:
                f"eval crops differ from the CPU decode by {mad:.2f}/255 on average (limit 8)")
 
 
+def check_oom_retry(tmp: str) -> Row:
+    import numpy as np
+
+    worker = os.path.join(REPO, "tests", "distributed", "workers", "oom_toy.py")
+    runs = {}
+    for name, cap in (("free", None), ("capped", "1500")):
+        out = os.path.join(tmp, f"oom-{name}")
+        os.makedirs(out, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=REPO, OOM_TOY_MEMORY_METRICS="1")
+        if cap:
+            env["FLAGS_gpu_memory_limit_mb"] = cap  # paddle's own allocator cap on the card
+        proc = subprocess.run([sys.executable, worker, out, "0", "-1", "65536", "1", "3", "1"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            return Row("oom_retry", "FAIL", f"{name} run exited {proc.returncode}: {proc.stderr[-300:]}")
+        with open(os.path.join(out, "result-rank0.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        runs[name] = (meta, dict(np.load(os.path.join(out, "params-rank0.npz"))))
+    (free, p_free), (capped, p_capped) = runs["free"], runs["capped"]
+    diff = max(float(np.abs(p_free[k] - p_capped[k]).max()) for k in p_free)
+    peaks = capped.get("peak_gpu_allocated_mb")
+    ok = capped["micro_batch"] < 65536 and capped["global_batch"] == free["global_batch"] and diff <= 1e-5 and peaks
+    return Row("oom_retry", "PASS" if ok else "FAIL",
+               f"micro-batch 65536 -> {capped['micro_batch']} under a 1500 MiB cap; global batch "
+               f"{capped['global_batch']} (uncapped {free['global_batch']}); max parameter difference {diff:.2e}; "
+               f"peak allocated {peaks} MiB")
+
+
 # ---- driver ----------------------------------------------------------------------------------------
 CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "card_per_rank": lambda n, tmp: check_card_per_rank(n),
@@ -318,6 +355,9 @@ CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "export": lambda n, tmp: check_export(tmp),
     "cuda_rng_resume": lambda n, tmp: check_rng_resume(tmp),
     "dali": lambda n, tmp: check_dali(tmp),
+    "oom_retry": lambda n, tmp: check_oom_retry(tmp),
+    "sharding": lambda n, tmp: Row("sharding", *gpu_sharding.check_sharding(n, tmp)),
+    "sharding_offload_amp": lambda n, tmp: Row("sharding_offload_amp", *gpu_sharding.check_offload_amp(n, tmp)),
 }
 
 

@@ -1,24 +1,30 @@
-"""``ptrain serve`` under load: dynamic batching against one request per model call.
+"""``ptrain serve`` under load: /v1 and the Open Inference Protocol (v2 JSON, v2 binary) against a hand-written server.
 
 A closed-loop load generator on loopback: ``C`` client threads, each with its
-own keep-alive HTTP connection, send one-instance ``POST /v1/predict``
-requests back to back for ``--duration`` seconds (and at most
-``--max_requests`` per point), against real ``ptrain serve`` processes
-(``--max_batch_size 1`` and ``32``, the same ``--max_delay_ms``, one
-predictor process with one math thread each; both up at once, the points
-interleaved over ``--rounds`` and the median round reported, so a load spike
-on a shared machine hits both settings alike). Per point: requests/s, p50 and p99
-latency, and the mean rows per model call (``ptrain_serve_batch_size_sum /
-_count`` of ``/metrics``, before and after).
+own keep-alive HTTP connection, send one-instance requests back to back for
+``--duration`` seconds (and at most ``--max_requests`` per point). Targets,
+all up at once and interleaved over ``--rounds`` (the median round is
+reported, so a load spike on a shared machine hits every target alike):
 
-The model is a random MLP exported with ``trainer.deploy.export``:
-64 -> ``--hidden`` x ``--layers`` -> 10 (default 4096 x 3: 34 M parameters),
-where one instance's compute outweighs an HTTP round trip. Its compute time at
-batch 1 and 32 is measured in a predictor in this process first (the target:
-p99 <= 2 x (max_delay + one batch's compute)).
+- ``ptrain serve`` (``--max_batch_size 32``, ``--max_delay_ms``, one predictor
+  process with one math thread), spoken to in three protocols: ``/v1/predict``
+  JSON, ``/v2/models/NAME/infer`` JSON, and v2 with binary tensors (the
+  request's and the answer's tensors as raw bytes after the JSON header);
+- the hand-written peer (``benchmarks/handwritten_server.py``): Starlette +
+  ``paddle.inference`` in the handler under uvicorn, one request per model call.
 
-    python -m benchmarks serve                          # ~4 min
-    python -m benchmarks serve --hidden 256 --duration 1 --concurrency 1,4   # seconds
+Within a point the targets take turns of ``--slice`` seconds until each has had
+``--duration`` (so a load spike of a shared machine falls on all of them).
+
+Per point: requests/s, p50 and p99 latency, and for ``ptrain serve`` the mean
+rows per model call (``ptrain_serve_batch_size_sum / _count`` of ``/metrics``).
+Models (``--models``): ``digits``, an MLP the size of the digits task's
+(64 -> 32 x 2 -> 10), and ``mlp``, 64 -> ``--hidden`` x ``--layers`` -> 10
+(default 4096 x 3: 34 M parameters), random weights exported with
+``trainer.deploy.export``.
+
+    python -m benchmarks serve                          # ~10 min
+    python -m benchmarks serve --models digits --duration 1 --concurrency 1,4 --rounds 1   # seconds
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -77,30 +83,38 @@ def compute_ms(path: str, rows: int, repeats: int = 20) -> float:
 
 
 class ServerProcess:
-    def __init__(self, model_dir: str, max_batch_size: int, max_delay_ms: float):
+    """A ``ptrain serve`` (``kind`` ``ptrain``) or hand-written (``handwritten``) server on a free port."""
+
+    def __init__(self, kind: str, model_dir: str, max_batch_size: int = 32, max_delay_ms: float = 5.0):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0",
-                                      "--max_batch_size", str(max_batch_size), "--max_delay_ms", str(max_delay_ms),
-                                      "--max_queue", "4096"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+        self.kind = kind
+        if kind == "ptrain":
+            cmd = [sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0", "--model_name", "m",
+                   "--max_batch_size", str(max_batch_size), "--max_delay_ms", str(max_delay_ms), "--max_queue", "4096"]
+        else:
+            cmd = [sys.executable, "-m", "benchmarks.handwritten_server", model_dir, "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                     cwd=ROOT)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line and self.proc.poll() is not None:
-                raise RuntimeError(f"ptrain serve exited with {self.proc.returncode} before it was ready")
+                raise RuntimeError(f"{kind} server exited with {self.proc.returncode} before it was ready")
             m = READY.search(line)
             if m:
                 self.port = int(m.group(1))
                 return
         self.stop()
-        raise RuntimeError("ptrain serve was not ready within 300 s")
+        raise RuntimeError(f"{kind} server was not ready within 300 s")
 
     def batch_stats(self) -> tuple:
+        if self.kind != "ptrain":
+            return 0.0, 0.0
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
         conn.close()
-        get = lambda name: float(re.search(rf"^{name} (\S+)", text, re.M).group(1))
+        get = lambda name: float(re.search(rf"^{name} (\S+)", text, re.M).group(1))  # noqa: E731
         return get("ptrain_serve_batch_size_count"), get("ptrain_serve_batch_size_sum")
 
     def stop(self) -> int:
@@ -113,9 +127,26 @@ class ServerProcess:
             return self.proc.wait()
 
 
-def closed_loop(port: int, concurrency: int, duration: float, max_requests: int) -> Dict[str, float]:
+def request_of(protocol: str, x: np.ndarray) -> Tuple[str, bytes, Dict[str, str]]:
+    """``(path, body, headers)`` of a one-instance request in ``protocol``."""
+    if protocol == "v1":
+        return "/v1/predict", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
+    if protocol == "handwritten":
+        return "/predict", json.dumps({"inputs": x.tolist()}).encode(), {"Content-Type": "application/json"}
+    tensor = {"name": "x", "shape": list(x.shape), "datatype": "FP32"}
+    if protocol == "v2-json":
+        body = {"inputs": [dict(tensor, data=x.ravel().tolist())]}
+        return "/v2/models/m/infer", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    raw = x.astype("<f4").tobytes()
+    head = json.dumps({"inputs": [dict(tensor, parameters={"binary_data_size": len(raw)})],
+                       "parameters": {"binary_data_output": True}}).encode()
+    return "/v2/models/m/infer", head + raw, {"Content-Type": "application/octet-stream",
+                                              "Inference-Header-Content-Length": str(len(head))}
+
+
+def closed_loop(port: int, protocol: str, concurrency: int, duration: float, max_requests: int) -> Dict[str, float]:
     """``concurrency`` clients, each sending its next request when the last is answered."""
-    body = json.dumps({"inputs": np.random.RandomState(1).randn(1, 64).astype("float32").tolist()}).encode()
+    path, body, headers = request_of(protocol, np.random.RandomState(1).randn(1, 64).astype("float32"))
     latencies: List[List[float]] = [[] for _ in range(concurrency)]
     errors = [0] * concurrency
     budget = threading.Semaphore(max_requests)
@@ -129,7 +160,7 @@ def closed_loop(port: int, concurrency: int, duration: float, max_requests: int)
         while time.monotonic() < stop_at and budget.acquire(blocking=False):
             t = time.perf_counter()
             try:
-                conn.request("POST", "/v1/predict", body=body, headers={"Content-Type": "application/json"})
+                conn.request("POST", path, body=body, headers=headers)
                 r = conn.getresponse()
                 r.read()
                 ok = r.status == 200
@@ -152,40 +183,70 @@ def closed_loop(port: int, concurrency: int, duration: float, max_requests: int)
     flat = np.array([x for per in latencies for x in per]) if any(latencies) else np.array([0.0])
     return {"requests": int(sum(len(p) for p in latencies)), "errors": int(sum(errors)),
             "rps": sum(len(p) for p in latencies) / elapsed, "p50_ms": float(np.percentile(flat, 50)),
-            "p99_ms": float(np.percentile(flat, 99)), "seconds": elapsed}
+            "p99_ms": float(np.percentile(flat, 99)), "seconds": elapsed, "latencies": flat.tolist()}
 
 
-def run(args) -> dict:
-    workdir = tempfile.mkdtemp(prefix="ptrain-serve-bench-")
-    path = os.path.join(workdir, "inference")
-    params = export_mlp(path, args.hidden, args.layers)
-    one, full = compute_ms(path, 1), compute_ms(path, max(args.batch_sizes))
-    servers = {b: ServerProcess(path, b, args.max_delay_ms) for b in args.batch_sizes}  # both up, idle between
+def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
+    """Every target of ``order`` for ``args.duration`` seconds in all, in turns of ``args.slice`` seconds: a load
+    spike of a shared machine then falls on every target alike, not on whichever ran at that moment."""
+    runs: Dict[str, List[dict]] = {protocol: [] for _, protocol in order}
+    calls: Dict[str, list] = {protocol: [0.0, 0.0] for _, protocol in order}
+    for _ in range(max(1, round(args.duration / args.slice))):
+        for kind, protocol in order:
+            before = servers[kind].batch_stats()
+            runs[protocol].append(closed_loop(servers[kind].port, protocol, concurrency, args.slice,
+                                              args.max_requests))
+            after = servers[kind].batch_stats()
+            calls[protocol][0] += after[0] - before[0]
+            calls[protocol][1] += after[1] - before[1]
+    points = {}
+    for protocol, parts in runs.items():
+        flat = np.array([x for p in parts for x in p["latencies"]] or [0.0])
+        seconds = sum(p["seconds"] for p in parts)
+        requests = sum(p["requests"] for p in parts)
+        points[protocol] = {"requests": requests, "errors": sum(p["errors"] for p in parts), "seconds": seconds,
+                            "rps": requests / seconds, "p50_ms": float(np.percentile(flat, 50)),
+                            "p99_ms": float(np.percentile(flat, 99)),
+                            "mean_batch": calls[protocol][1] / calls[protocol][0] if calls[protocol][0] else 1.0}
+    return points
+
+
+TARGETS = (("ptrain", "v1"), ("ptrain", "v2-json"), ("ptrain", "v2-binary"), ("handwritten", "handwritten"))
+MODELS = {"digits": (32, 2)}
+
+
+def run_model(model: str, args, workdir: str) -> dict:
+    hidden, layers = MODELS.get(model, (args.hidden, args.layers))
+    path = os.path.join(workdir, model, "inference")
+    params = export_mlp(path, hidden, layers)
+    one, full = compute_ms(path, 1), compute_ms(path, args.max_batch_size)
+    servers = {"ptrain": ServerProcess("ptrain", path, args.max_batch_size, args.max_delay_ms),
+               "handwritten": ServerProcess("handwritten", path)}
     points: Dict[tuple, List[dict]] = {}
     try:
-        for server in servers.values():
-            closed_loop(server.port, 2, 1.0, 50)  # warm the connections and the event loop
-        for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits both settings alike
+        for kind, protocol in TARGETS:
+            closed_loop(servers[kind].port, protocol, 2, 0.5, 50)  # warm the connections and the event loop
+        for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits every target alike
             for c in args.concurrency:
-                order = args.batch_sizes if round_ % 2 == 0 else list(reversed(args.batch_sizes))
-                for batch in order:
-                    server = servers[batch]
-                    before = server.batch_stats()
-                    point = closed_loop(server.port, c, args.duration, args.max_requests)
-                    after = server.batch_stats()
-                    calls = after[0] - before[0]
-                    point.update(max_batch_size=batch, concurrency=c, round=round_,
-                                 mean_batch=(after[1] - before[1]) / calls if calls else 0.0)
-                    points.setdefault((batch, c), []).append(point)
-                    print(f"round {round_} max_batch_size {batch:>3} concurrency {c:>3}: {point['rps']:.0f} req/s, "
+                order = TARGETS if round_ % 2 == 0 else tuple(reversed(TARGETS))
+                for protocol, point in sliced(servers, order, c, args).items():
+                    kind = "handwritten" if protocol == "handwritten" else "ptrain"
+                    point.update(model=model, server=kind, protocol=protocol, concurrency=c, round=round_)
+                    points.setdefault((protocol, c), []).append(point)
+                    print(f"{model} round {round_} {protocol:>11} concurrency {c:>3}: {point['rps']:.0f} req/s, "
                           f"p50 {point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, mean batch "
                           f"{point['mean_batch']:.1f}", file=sys.stderr, flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    rows = [_median_point(v) for v in points.values()]
-    return {"params": params, "compute_ms_1": one, "compute_ms_full": full, "rows": rows,
-            "max_delay_ms": args.max_delay_ms, "max_batch": max(args.batch_sizes)}
+    return {"model": model, "params": params, "compute_ms_1": one, "compute_ms_full": full,
+            "rows": [_median_point(v) for v in points.values()]}
+
+
+def run(args) -> dict:
+    workdir = tempfile.mkdtemp(prefix="ptrain-serve-bench-")
+    return {"models": [run_model(m, args, workdir) for m in args.models], "max_delay_ms": args.max_delay_ms,
+            "max_batch": args.max_batch_size}
 
 
 def _median_point(points: List[dict]) -> dict:
@@ -198,26 +259,23 @@ def _median_point(points: List[dict]) -> dict:
 
 
 def report(result: dict, info: dict) -> str:
-    by = {(r["max_batch_size"], r["concurrency"]): r for r in result["rows"]}
-    table = markdown_table(["concurrency", "max_batch_size", "requests/s", "p50 (ms)", "p99 (ms)", "mean batch",
-                            "requests/s by round", "errors"],
-                           [[r["concurrency"], r["max_batch_size"], fmt(r["rps"], 0), fmt(r["p50_ms"], 1),
-                             fmt(r["p99_ms"], 1), fmt(r["mean_batch"], 1),
-                             " / ".join(f"{x:.0f}" for x in r.get("rps_rounds", [r["rps"]])), r["errors"]]
-                            for r in sorted(result["rows"], key=lambda r: (r["concurrency"], r["max_batch_size"]))])
-    lines = [f"MLP of {result['params'] / 1e6:.1f} M parameters; paddle.inference, one thread: "
-             f"{result['compute_ms_1']:.1f} ms at batch 1, {result['compute_ms_full']:.1f} ms at batch "
-             f"{result['max_batch']} ({result['compute_ms_full'] / result['max_batch']:.2f} ms per instance); "
-             f"--max_delay_ms {result['max_delay_ms']:g}.", "", table, ""]
-    big = result["max_batch"]
-    bound = 2 * (result["max_delay_ms"] + result["compute_ms_full"])
-    for c in sorted({r["concurrency"] for r in result["rows"]}):
-        if (1, c) in by and (big, c) in by:
-            a, b = by[(1, c)], by[(big, c)]
-            lines.append(f"- concurrency {c}: dynamic batching {b['rps'] / max(a['rps'], 1e-9):.2f}x the requests/s "
-                         f"of batch 1; p99 {b['p99_ms']:.1f} ms against the bound 2 x (max_delay + one batch) = "
-                         f"{bound:.1f} ms ({'within' if b['p99_ms'] <= bound else 'over'})")
-    lines += ["", machine_line(info), load_line()]
+    lines = []
+    for m in result["models"]:
+        by = {(r["protocol"], r["concurrency"]): r for r in m["rows"]}
+        rows = []
+        for r in sorted(m["rows"], key=lambda r: (r["concurrency"], [t[1] for t in TARGETS].index(r["protocol"]))):
+            peer = by.get(("handwritten", r["concurrency"]))
+            rows.append([r["concurrency"], r["protocol"], fmt(r["rps"], 0),
+                         fmt(r["rps"] / peer["rps"], 2) if peer and peer["rps"] else "",
+                         fmt(r["p50_ms"], 1), fmt(r["p99_ms"], 1), fmt(r["mean_batch"], 1),
+                         " / ".join(f"{x:.0f}" for x in r.get("rps_rounds", [r["rps"]])), r["errors"]])
+        table = markdown_table(["concurrency", "protocol", "requests/s", "x hand-written", "p50 (ms)", "p99 (ms)",
+                                "mean batch", "requests/s by round", "errors"], rows)
+        lines += [f"**{m['model']}**: MLP of {m['params'] / 1e6:.2f} M parameters; paddle.inference, one thread: "
+                  f"{m['compute_ms_1']:.2f} ms at batch 1, {m['compute_ms_full']:.2f} ms at batch "
+                  f"{result['max_batch']}; ptrain serve --max_batch_size {result['max_batch']} --max_delay_ms "
+                  f"{result['max_delay_ms']:g}.", "", table, ""]
+    lines += [machine_line(info), load_line()]
     return "\n".join(lines) + "\n"
 
 
@@ -225,17 +283,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--concurrency", default="1,8,16,32", help="comma-separated client counts")
-    p.add_argument("--batch_sizes", default="1,32", help="comma-separated --max_batch_size values")
+    p.add_argument("--models", default="digits,mlp", help="comma-separated: digits (64-32-32-10), mlp (--hidden)")
+    p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts")
+    p.add_argument("--max_batch_size", type=int, default=32)
     p.add_argument("--max_delay_ms", type=float, default=5.0)
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per point")
+    p.add_argument("--duration", type=float, default=4.0, help="seconds per point (in turns of --slice)")
+    p.add_argument("--slice", type=float, default=0.5, help="seconds per turn of one target before the next")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the median round is reported")
     p.add_argument("--max_requests", type=int, default=20000, help="at most this many requests per point")
     p.add_argument("--markdown", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
-    args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+    args.models = [x for x in args.models.split(",") if x]
     info = machine_info()
     result = run(args)
     text = report(result, info)

@@ -19,5 +19,8 @@ from .early_stopping import EarlyStopping
 from .export import Export
 from .watchdog import StallWatchdog
 from .spike_recovery import LossSpikeRecovery
+from .tensorboard_tracker import TensorBoardTracker  # the trackers import their libraries when a run starts
+from .wandb_tracker import WandbTracker
+from .mlflow_tracker import MLflowTracker
 
-__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "LoadBestModel", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks", "StallWatchdog", "LossSpikeRecovery"]
+__all__ = ["Export", "GPUUtilizationMonitor", "AMP", "NaNGuard", "EarlyStopping", "LRWarmup", "LoadBestModel", "Callback", "CallbackList", "Checkpoint", "FlowControl", "Rank0Logger", "Preemption", "default_callbacks", "StallWatchdog", "LossSpikeRecovery", "TensorBoardTracker", "WandbTracker", "MLflowTracker"]

@@ -34,6 +34,7 @@ import os
 import shutil
 from typing import Optional
 
+from trainer.checkpoint import fence
 from trainer.checkpoint.manifest import checkpoints_dir
 from trainer.checkpoint.store import list_checkpoints, newest_saved_first, point_latest, read_latest, verifies
 from trainer.errors import TrainingError
@@ -112,7 +113,8 @@ class Checkpoint(Callback):
             if name not in keep:
                 trash = os.path.join(root, f".deleting-{name}")
                 try:
-                    os.rename(os.path.join(root, name), trash)  # vanish atomically, then delete
+                    with fence.fenced(output_dir):  # never another owner's checkpoint (a lease taken over)
+                        os.rename(os.path.join(root, name), trash)  # vanish atomically, then delete
                 except OSError as exc:
                     raise TrainingError(f"cannot remove old checkpoint {os.path.join(root, name)} ({exc.strerror}): "
                                         f"make {root} writable or raise --save_total_limit") from None

@@ -17,6 +17,9 @@ NaNGuard(action=stop)  always, unless a NaNGuard or LossSpikeRecovery     95
                        work of its own per step)
 GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
 Rank0Logger            ``report_to`` not empty                            100
+TensorBoardTracker,    ``report_to`` tensorboard, wandb, mlflow (or      310
+WandbTracker,          ``all`` with the tracker installed; see
+MLflowTracker          ``callbacks.tracking``)
 Checkpoint             always (best-K, ``save_total_limit`` rotation)     200
 LoadBestModel          ``load_best_model_at_end``                         210
 =====================  =================================================  =====
@@ -50,6 +53,7 @@ from .lr_warmup import LRWarmup
 from .nan_guard import NaNGuard
 from .preemption import Preemption
 from .spike_recovery import LossSpikeRecovery
+from .tracking import tracker_callbacks
 from .watchdog import StallWatchdog
 
 
@@ -68,6 +72,7 @@ def default_callbacks(args) -> List[Callback]:
     if args.report_to:
         out.append(Rank0Logger())
         out.append(GPUUtilizationMonitor())  # background sampler; on_step_end adds two host floats
+        out.extend(tracker_callbacks(args.report_to))  # tensorboard, wandb, mlflow: each only when asked for
     if args.warmup_steps > 0 or args.warmup_ratio > 0 or args.scale_lr_by_batch:
         out.append(LRWarmup())
     if args.amp != "off":

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from trainer.checkpoint import fence
 from trainer.deploy.export import ExportResult, export_for_trainer
 
 from .base import Callback
@@ -52,5 +53,6 @@ class Export(Callback):
     def on_fit_end(self, trainer):
         if trainer.state.status not in ("completed", "stopped") or not trainer.is_main_process:
             return
+        fence.check(trainer.args.output_dir)  # a run whose output_dir was taken over exports nothing into it
         self.result = export_for_trainer(trainer, self.path, input_spec=self.input_spec,
                                          sample_batch=self.sample_batch, rtol=self.rtol, atol=self.atol)

@@ -94,6 +94,8 @@ import sys
 import time
 from typing import Iterable, List, Optional
 
+from trainer.checkpoint import fence
+
 from .base import Callback
 
 SYSTEM_PREFIXES = ("gpu", "cpu_", "rss_", "data_wait_")
@@ -149,7 +151,8 @@ class Rank0Logger(Callback):
         history = [{k: _plain(v) for k, v in r.items()} for r in trainer.state.log_history
                    if step > 0 and int(r.get("step") or 0) <= step]
         if "jsonl" in outs:
-            self._jsonl = _start_jsonl(os.path.join(out_dir, "metrics.jsonl"), history)
+            with fence.fenced(out_dir):  # a run that lost its output_dir (lease taken over) writes nothing
+                self._jsonl = _start_jsonl(os.path.join(out_dir, "metrics.jsonl"), history)
         if "visualdl" in outs:
             self._vdl = self._start_visualdl(os.path.join(out_dir, "visualdl"), history)
         if "tqdm" in outs and _is_terminal(sys.stderr):  # CI logs, Slurm, nohup: one line per log instead
@@ -172,15 +175,16 @@ class Rank0Logger(Callback):
             return
         record = {k: _plain(v) for k, v in trainer.state.logs.items()}
         step = int(record.get("step") or trainer.state.global_step)
-        if self._in_fit:
-            self._write_jsonl(self._jsonl, record)
-        elif "jsonl" in self._outputs(trainer):  # e.g. evaluate() after fit()
-            path = os.path.join(trainer.args.output_dir, "metrics.jsonl")
-            os.makedirs(trainer.args.output_dir, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                self._write_jsonl(f, record)
-        if self._vdl is not None:
-            self._write_scalars(record, step)
+        with fence.fenced(trainer.args.output_dir):  # (at logging intervals only) a run that lost it writes nothing
+            if self._in_fit:
+                self._write_jsonl(self._jsonl, record)
+            elif "jsonl" in self._outputs(trainer):  # e.g. evaluate() after fit()
+                path = os.path.join(trainer.args.output_dir, "metrics.jsonl")
+                os.makedirs(trainer.args.output_dir, exist_ok=True)
+                with open(path, "a", encoding="utf-8") as f:
+                    self._write_jsonl(f, record)
+            if self._vdl is not None:
+                self._write_scalars(record, step)
         if self._bar is not None and "loss" in record:
             post = {"loss": _fmt(record["loss"])}
             if _is_number(record.get("learning_rate")):

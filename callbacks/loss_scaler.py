@@ -47,6 +47,8 @@ from typing import Iterable, List, Optional
 
 import paddle
 
+from trainer import distributed as dist
+
 
 class _Stage(enum.Enum):
     READY = "ready"          # gradients are still scaled
@@ -112,6 +114,10 @@ class DynamicLossScaler:
             (default: the optimizer's parameter list).
         check_gradients: look for nan/inf in the gradients (False: only the
             flags given to :meth:`skip_if` decide).
+
+    ``agree_across_ranks`` (set by ``trainer.parallel`` under sharding, where each rank holds its own
+    unreduced gradients until the optimizer step reduces them): the step's non-finite flag is summed
+    over all ranks (one device collective a step), so every rank skips the same steps.
     """
 
     def __init__(self, init_loss_scaling: float = 2.0 ** 15, incr_ratio: float = 2.0, decr_ratio: float = 0.5,
@@ -141,6 +147,7 @@ class DynamicLossScaler:
         self._found_inf = paddle.zeros([], dtype="bool")
         self._extra: List[paddle.Tensor] = []
         self._stage = _Stage.READY
+        self.agree_across_ranks = False
 
     # ---- paddle.amp.GradScaler's interface --------------------------------------------
     def is_enable(self) -> bool:
@@ -186,6 +193,8 @@ class DynamicLossScaler:
         found = self._found_inf
         for flag in self._extra:
             found = paddle.logical_or(found, flag)
+        if self.agree_across_ranks:
+            found = dist.all_reduce_sum(found.astype("int32")) > 0
         if hasattr(optimizer, "_set_auxiliary_var"):
             # paddle's skip protocol (as in paddle.amp.GradScaler): the optimizer leaves
             # parameters, moments and beta powers untouched when found_inf is true.

@@ -29,6 +29,8 @@ Who applies the warmup, so it happens exactly once:
   scheduler keeps its own clock. A scheduler that lives only inside a
   user-built optimizer is not visible to the trainer: pass it as
   ``Trainer(lr_scheduler=...)`` too.
+- a scheduler with an attribute ``includes_warmup = True`` (what a PaddleNLP
+  ``TrainingArguments`` gets: paddlenlp's own ``get_scheduler``) is left alone.
 
 The ramp: after ``n < warmup_steps`` finished steps the LR is
 ``peak * (n + 1) / (warmup_steps + 1)``; from step ``warmup_steps`` on, the
@@ -98,7 +100,9 @@ class LRWarmup(Callback):
             return  # not planned yet (a load before fit); on_fit_begin installs
         warmup, scale = self.resolve(trainer)
         sched = trainer.lr_scheduler
-        if isinstance(sched, WarmupDecay):
+        if getattr(sched, "includes_warmup", False):  # a schedule with its own warmup (PaddleNLP's get_scheduler)
+            warmup, self.applied_to = 0, f"nothing ({type(sched).__name__} warms up itself)"
+        elif isinstance(sched, WarmupDecay):
             sched.reconfigure(warmup_steps=warmup if warmup > 0 else None, lr_scale=scale)
             warmup, self.applied_to = sched.warmup_steps, f"WarmupDecay({sched.decay})"
         elif warmup > 0 or scale != 1.0:

@@ -14,7 +14,11 @@ Two actions:
   (and before a save, so nan weights are never saved as a checkpoint) one small
   host read looks at those kept values and at one finiteness check of the
   parameters, and the error names the first bad step: "the gradients of step
-  N" (the clip norm), "the loss of step N" (one process), or, when only the
+  N" (the clip norm), "the loss of step N" (on the rank whose loss it was;
+  every other rank stops at the same step with "the loss is not finite on a
+  rank in steps A-B": at a logging step the logged loss, already reduced
+  across ranks, tells every rank; before a save one small collective does,
+  as every rank saves together), or, when only the
   parameters show it, the window of steps since the last check ("the
   parameters hold nan or inf at step 10, finite at step 5"). That last case is
   what a nan input behind a ReLU gives without clipping: the loss stays finite
@@ -95,7 +99,7 @@ from trainer import distributed as dist
 from trainer.errors import ConfigError, TrainingError
 
 from .base import Callback
-from .loss_scaler import DynamicLossScaler, nonfinite_flag, unscale_and_check
+from .loss_scaler import DynamicLossScaler, unscale_and_check
 
 
 ACTIONS = ("skip", "stop")
@@ -193,9 +197,12 @@ class NaNGuard(Callback):
         if self.action == "stop":
             logs = trainer.state.logs
             if "loss" in logs:  # training records: the step's one host sync happens here anyway
-                # the logged loss is the mean of the kept step losses: finite, so is each of them (no device op)
+                # the logged loss is the mean over steps and ranks of the step losses (reduced across ranks by the
+                # log itself): finite, so is each of them, on every rank (no device op, no collective of ours)
                 losses_finite = isinstance(logs["loss"], float) and math.isfinite(logs["loss"])
-                self._stop_if_not_finite(trainer, "checked at logging step", losses_finite)
+                guarded = trainer.grad_scaler is None  # (a loss scaler's overflow steps are skipped, not errors)
+                self._stop_if_not_finite(trainer, "checked at logging step", losses_finite,
+                                         elsewhere=None if losses_finite or not guarded else True)
             return
         if not self._guarding(trainer):
             return
@@ -216,8 +223,12 @@ class NaNGuard(Callback):
                 + (", or use amp bf16 instead of fp16" if not self._owns_scaler else ""))
 
     def on_save_begin(self, trainer):
-        if self.action == "stop":
-            self._stop_if_not_finite(trainer, "checked before saving step")  # never save nan weights as a checkpoint
+        if self.action == "stop":  # never save nan weights as a checkpoint
+            # several ranks: whether any rank kept a non-finite loss since the last check, one small collective per
+            # save (every rank saves together), so that every rank stops, or saves, alike
+            several = trainer.world_size > 1 and self._first_bad is not None and trainer.grad_scaler is None
+            elsewhere = self._bad_losses_anywhere() if several else None
+            self._stop_if_not_finite(trainer, "checked before saving step", elsewhere=elsewhere)
             return
         if self._guarding(trainer):
             self._fold_skipped(trainer)
@@ -245,7 +256,7 @@ class NaNGuard(Callback):
         if self._first_bad is None or trainer.grad_scaler is not None:
             return  # a loss scaler skips non-finite updates (and overflow steps are normal under float16)
         state = trainer.state
-        loss = state.step_loss if trainer.world_size == 1 else None  # ranks' losses differ; the norm and weights agree
+        loss = state.step_loss  # each rank's own; the checks make every rank decide alike (see _stop_if_not_finite)
         norm = state.grad_norm if trainer.args.max_grad_norm is not None else None
         if loss is not None or norm is not None:
             self._kept.append((state.global_step, loss, norm))
@@ -285,7 +296,24 @@ class NaNGuard(Callback):
             setattr(self, slot, paddle.where(current >= 0, current, first))
         self._folded = True
 
-    def _stop_if_not_finite(self, trainer, when: str, losses_finite: bool = False) -> None:
+    @paddle.no_grad()
+    def _bad_losses_anywhere(self) -> paddle.Tensor:
+        """The number of ranks that kept a non-finite loss since the last check (a device scalar, summed across
+        ranks; no host read)."""
+        losses = [loss.astype("float32").reshape([-1]).sum() for _, loss, _ in self._kept if loss is not None]
+        bad = (paddle.logical_not(paddle.isfinite(paddle.stack(losses))).any() if losses else
+               paddle.zeros([], dtype="bool"))
+        if self._folded:
+            bad = paddle.logical_or(bad, self._first_loss >= 0)
+        return dist.all_reduce_sum(bad.astype("int32"))
+
+    def _stop_if_not_finite(self, trainer, when: str, losses_finite: bool = False, elsewhere=None) -> None:
+        """Stop when a kept loss or norm, the first bad step noted on the device, or the parameters are not finite.
+
+        ``elsewhere``: whether some rank's loss was not finite: True (the logged loss, reduced across ranks, is
+        not), or a device count of such ranks (before a save), read with the rest; each rank's kept losses are its
+        own, so a rank whose losses are finite names the window instead of the step.
+        """
         if self._first_bad is None:
             return
         kept, self._kept = self._kept, []
@@ -300,6 +328,9 @@ class NaNGuard(Callback):
         scalars.extend(param_flags)
         if folded:
             scalars.append(self._first_loss < 0)
+        remote = isinstance(elsewhere, paddle.Tensor)
+        if remote:
+            scalars.append(elsewhere == 0)
         parts = [_C_ops.stack(scalars, 0)] if scalars else []
         order = []  # the kept tensors, grouped by dtype and shape: one finiteness op per group
         groups: dict = {}
@@ -316,7 +347,8 @@ class NaNGuard(Callback):
         params = not flags[at:at + len(param_flags)].all()
         at += len(param_flags)
         folded_loss = int(self._first_loss.numpy()) if folded and not flags[at] else -1  # (a failing check only)
-        rest = flags[at + int(folded):]
+        loss_elsewhere = (not flags[at + int(folded)]) if remote else elsewhere is True
+        rest = flags[at + int(folded) + int(remote):]
         bad_kept = sorted(order[k] for k, good in enumerate(rest) if not good)
         if folded:
             self._first_loss = paddle.full([], -1, dtype="int64")
@@ -335,9 +367,12 @@ class NaNGuard(Callback):
                 first = kept[i][0]
                 what = (f"the gradients of step {first} hold nan or inf" if kind == "gradients" else
                         f"the loss of step {first} is not finite")
+        step = trainer.state.global_step
+        if what is None and loss_elsewhere:  # another rank's loss (its own message names the step)
+            what = (f"the loss is not finite on {'a rank' if trainer.world_size > 1 else 'this process'} in "
+                    + (f"steps {since + 1}-{step}" if step - since > 1 else f"step {step}"))
         if what is None and not params:
             return
-        step = trainer.state.global_step
         if what is None:
             what = f"the parameters hold nan or inf at step {step}"
             where = (f"an update of steps {since + 1}-{step}" if step - since > 1 else f"the update of step {step}")

@@ -9,7 +9,10 @@ Events: ``on_fit_begin`` (install signal handlers; main thread only),
 ``on_step_end`` (agree across ranks, then ask for a save and a stop),
 ``on_eval_step_end`` / ``on_save_begin`` / ``on_save_end`` (progress marks:
 a long evaluation or save is not a stall), ``on_fit_end`` (wait until every
-rank is done, restore handlers). Options: ``signals`` (default
+rank is done, restore handlers; after a preemption the process ends with
+its code even when the script simply returns: ``trainer.process.hand_off_exit_code``;
+``evaluate()`` / ``predict()`` then raise ``trainer.errors.Preempted`` on every
+rank, so no collective starts while ranks leave). Options: ``signals`` (default
 ``trainer.process.STOP_SIGNALS``), ``check_every`` (steps between agreement checks, default
 ``logging_steps``),
 ``stall_seconds`` and ``save_seconds`` (the time bounds below; defaults from
@@ -149,8 +152,7 @@ class Preemption(Callback):
             then = ("then exiting %d to be requeued" % process.REQUEUE_EXIT if signum == signal.SIGUSR1 else
                     "then stopping")
             logger.warning("received %s%s: finishing this step, %s, %s (Ctrl-C again to exit at once)",
-                           signal.Signals(received).name, " (handled as SIGTERM)" if received != signum else "",
-                           save, then)
+                           signal.Signals(received).name, _sender_note(received, signum), save, then)
             self._start_deadline()
         elif signum == signal.SIGINT:
             process.exit_now(128 + signum, "ptrain: second interrupt: exiting at once without a new checkpoint "
@@ -160,6 +162,7 @@ class Preemption(Callback):
 
     def on_fit_begin(self, trainer):
         self._reset()
+        process.hand_off_exit_code(0)  # a new fit(): its own outcome decides
         _FITS[0] += 1
         self._prefix = f"ptrain/preempt/{_FITS[0]}/"
         self._trainer = trainer
@@ -181,6 +184,7 @@ class Preemption(Callback):
             trainer.state.status = "preempted"
             trainer.state.exit_code = self.exit_code
             self._wait_for_all_ranks(trainer)
+            process.hand_off_exit_code(self.exit_code)  # the script may simply end: the code still reaches the shell
         self._finished.set()  # the deadline thread ends: what follows fit() is the caller's
         process.WATCHER.unsubscribe(self._from_watcher)
         for sig, handler in self._previous.items():
@@ -344,6 +348,18 @@ class Preemption(Callback):
     @property
     def exit_code(self) -> int:
         return 128 + self.agreed_signum if self.agreed_signum else 0
+
+
+def _sender_note(received: int, signum: int) -> str:
+    """What the signal's name alone would not tell: SIGHUP counts as SIGTERM; under paddle's raw launcher
+    a SIGTERM may stand for the Ctrl-C the launcher got (it stops its ranks with SIGTERM whatever it received;
+    ``ptrain`` passes SIGINT on as SIGINT)."""
+    if received != signum:
+        return " (handled as SIGTERM)"
+    if signum == signal.SIGTERM and "PADDLE_TRAINER_ID" in os.environ and not os.environ.get(process.FAILURE_DIR_ENV):
+        return (" from paddle's launcher, which stops its ranks with SIGTERM also after a Ctrl-C "
+                "(under ptrain launch a Ctrl-C arrives as SIGINT and ends with 130)")
+    return ""
 
 
 def _main_thread_in(function_name: str) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
 from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
-from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, config_lines, normalize_aliases_after,
+from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
 from .errors import ConfigError, option
 from .parallel.layout import Layout
@@ -52,6 +52,7 @@ class TrainingArguments(PaddleNLPFields):
     per_device_train_batch_size: int = field(default=8, metadata={"help": "samples per process per micro-batch"})
     per_device_eval_batch_size: int = field(default=8, metadata={"help": "samples per process per evaluation batch"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    auto_find_batch_size: bool = field(default=False, metadata={"help": "after an out-of-memory in a step, every rank halves the micro-batch (cutting each per-device batch into pieces) and runs the step again: global batch, samples and schedule unchanged, the size kept in checkpoints (Hugging Face's field; per_device_train_batch_size auto sets it)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0 = load in the main process)"})
     dataloader_drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete training batch of each epoch"})
     dataloader_read_ahead: bool = field(default=False, metadata={"help": "with 0 workers, build the next batches in a thread while the step runs (for a dataset that waits on files or C code), unless fetching a batch draws from a global RNG"})
@@ -88,7 +89,7 @@ class TrainingArguments(PaddleNLPFields):
     logging_strategy: str = field(default="steps", metadata={"help": "when to log the training loss: " + " | ".join(STRATEGIES)})
     logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
     logging_first_step: bool = field(default=False, metadata={"help": "also log after the first optimizer step"})
-    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS)})
+    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; trackers (each an extra): " + ", ".join(TRACKERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS) + " and every tracker installed"})
     disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
     evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})
@@ -102,6 +103,7 @@ class TrainingArguments(PaddleNLPFields):
     save_async: bool = field(default=True, metadata={"help": "write checkpoint files in a background thread while training goes on"})
     save_on_preemption: bool = field(default=True, metadata={"help": "on SIGTERM, SIGINT, SIGHUP or SIGUSR1 save the step the ranks stop at, even with save_strategy no; false: save nothing then (the exit line says what is on disk)"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
+    resume_allow_data_change: bool = field(default=False, metadata={"help": "resume even when the training data's fingerprint (an ImageFolder's files and sizes, or the dataset's fingerprint()) differs from the checkpoint's; by default that is refused (exit 2)"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
@@ -112,7 +114,7 @@ class TrainingArguments(PaddleNLPFields):
     sharding: str = field(default="", metadata={"help": "shard state over ranks: stage1 (optimizer states), stage2 (+ gradients), stage3 (+ parameters); add offload to keep them in host memory (e.g. 'stage2 offload'); empty = off"})
     sharding_parallel_degree: int = field(default=-1, metadata={"help": "ranks per sharding group; -1 = all of them; the rest replicate the shards (data parallel)"})
     sharding_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's sharding options, space-separated: enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg (stage1), enable_stage2_overlap (stage2)"})
-    amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them"})
+    amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them; several processes need sharding"})
     # data columns
     label_names: Optional[List[str]] = field(default=None, metadata={"help": "batch keys that hold the labels (default: labels)"})
     remove_unused_columns: bool = field(default=True, metadata={"help": "drop sample keys the model's forward does not take (labels kept)"})
@@ -166,6 +168,8 @@ class TrainingArguments(PaddleNLPFields):
         _check("save_total_limit", self.save_total_limit, self.save_total_limit is None or self.save_total_limit > 0,
                "None (keep all) or an integer > 0")
         _check("eval_steps", self.eval_steps, self.eval_steps >= 0, "an integer >= 0")
+        _check("eval_accumulation_steps", self.eval_accumulation_steps,
+               self.eval_accumulation_steps is None or self.eval_accumulation_steps > 0, "None or an integer > 0")
         _check("save_steps", self.save_steps, self.save_steps >= 0, "an integer >= 0")
         _choice("optim", self.optim, OPTIMIZERS)
         _choice("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
@@ -176,7 +180,7 @@ class TrainingArguments(PaddleNLPFields):
         _choice("logging_strategy", self.logging_strategy, STRATEGIES)
         _choice("device", self.device, DEVICES)
         for reporter in self.report_to:
-            _choice("report_to", reporter, REPORTERS)
+            _choice("report_to", reporter, REPORTERS + TRACKERS)
         if self.evaluation_strategy == "steps" and self.eval_steps == 0:
             raise ConfigError(f"eval_steps=0 but evaluation_strategy='steps': set {option('eval_steps')} to N > 0 or "
                               "another evaluation_strategy")

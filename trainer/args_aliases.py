@@ -5,7 +5,8 @@ Called from ``TrainingArguments.__post_init__`` only (the one place where
 arguments are validated):
 
 - ``fp16`` / ``bf16`` -> ``amp`` fp16 / bf16; ``fp16_opt_level`` -> ``amp_level``;
-- ``report_to`` ``none`` -> no logger, ``all`` -> the default loggers;
+- ``report_to`` ``none`` -> no logger, ``all`` -> the default loggers and every tracker installed
+  (tensorboard, wandb, mlflow);
 - ``max_grad_norm`` 0 -> None (no clipping);
 - ``resume_from_checkpoint`` True / ``true`` -> ``auto``, False -> None;
 - ``device`` ``auto`` -> ``gpu`` or ``cpu`` (what ``paddle.set_device`` takes);
@@ -26,11 +27,15 @@ from typing import Iterable, List
 from .errors import ConfigError, option
 
 REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # callbacks.tracking: one callback each, an optional extra each
 DEFAULT_REPORTERS = ("tqdm", "jsonl", "visualdl")
 
 
 def normalize_aliases_before(args) -> None:
     """Values the type coercion would refuse (a bool for a str field)."""
+    if isinstance(args.per_device_train_batch_size, str) and args.per_device_train_batch_size.strip().lower() == "auto":
+        args.per_device_train_batch_size = 8  # the field's default as the start; halved after an out-of-memory
+        args.auto_find_batch_size = True
     resume = args.resume_from_checkpoint
     if resume is True or (isinstance(resume, str) and resume.strip().lower() in ("true", "yes", "1")):
         args.resume_from_checkpoint = "auto"
@@ -65,11 +70,19 @@ def _reporters(values: Iterable[str]) -> List[str]:
         word = str(value).strip().lower() if isinstance(value, str) else value
         if word == "none":
             continue
-        if word == "all":
-            out.extend(r for r in DEFAULT_REPORTERS if r not in out)
+        if word == "all":  # as PaddleNLP's: the default loggers and every tracker installed
+            out.extend(r for r in DEFAULT_REPORTERS + tuple(t for t in TRACKERS if _installed(t)) if r not in out)
         elif word not in out:
             out.append(word)
     return out
+
+
+def _installed(tracker: str) -> bool:
+    """Whether a tracker's library can be imported (asked without importing it)."""
+    import importlib.util
+
+    modules = {"tensorboard": ("tensorboardX", "tensorboard")}.get(tracker, (tracker,))
+    return any(importlib.util.find_spec(m) is not None for m in modules)
 
 
 def _auto_device() -> str:

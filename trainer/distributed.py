@@ -138,11 +138,15 @@ def all_reduce_mean(tensor: paddle.Tensor) -> paddle.Tensor:
 
 
 def reduce_scalars(values: Sequence[float], op: str = "mean") -> List[float]:
-    """Reduce a few host floats across ranks in one collective (one sync)."""
+    """Reduce a few host floats across ranks in one collective (one sync); ``op``: mean, sum or max."""
     if not is_distributed():
         return [float(v) for v in values]
     t = paddle.to_tensor(np.asarray(values, dtype="float64"))
-    t = all_reduce_mean(t) if op == "mean" else all_reduce_sum(t)
+    if op == "max":
+        init_distributed()
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    else:
+        t = all_reduce_mean(t) if op == "mean" else all_reduce_sum(t)
     return [float(v) for v in t.numpy()]
 
 

@@ -83,10 +83,36 @@ class TrainingError(TrainerError):
     exit_code = 5
 
 
+class OwnershipLost(TrainerError):
+    """This run's lease on its output_dir was taken over (it was paused past the lease, or lost it otherwise):
+    it stops before writing anything more there; the message names the new owner. Never restarted."""
+
+    exit_code = 7
+
+
+class OutOfMemory(TrainingError):
+    """Out of memory with a micro-batch of one sample (``auto_find_batch_size`` halved it down to 1), or an
+    out-of-memory it cannot retry: the model does not fit in this memory."""
+
+    exit_code = 8
+
+
 class WorkerKilled(TrainerError):
     """A DataLoader worker was killed by a signal (the OOM killer sends SIGKILL): it raised nothing, so a restart
     from the newest checkpoint can help. Exit code 128 + the signal (137 for SIGKILL), which ``--max_restarts``
     restarts."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class Preempted(TrainerError):
+    """``evaluate()`` or ``predict()`` after a preempted ``fit()``: the job is being stopped (its grace period
+    runs), so nothing that needs every rank starts; every rank raises this at the same call. Exit code 128 + the
+    signal (130 after Ctrl-C, 143 after SIGTERM); uncaught in a script it is one line, and the process ends
+    with that code (``trainer.process.hand_off_exit_code``)."""
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)

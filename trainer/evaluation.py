@@ -8,6 +8,11 @@ the device (:func:`join_batches`), gathered across ranks in rank order (which
 restores the dataset order), summed losses reduced, and only then copied to the
 host once. No sample counts twice or is lost on uneven data.
 
+With ``eval_accumulation_steps=N`` (PaddleNLP's and Hugging Face's field) the outputs joined so far move to the
+host every N batches (:class:`_HostParts`), so a long evaluation's predictions do not pile up on the card; on
+one process they never return to it. On several, the pass ends with one gather: each rank's joined outputs go
+through the card once then (gloo and NCCL gather device tensors), as the gather without N does.
+
 Batches may differ in every non-batch dimension (a collator that pads each batch
 to its own longest sequence gives logits ``[32, 33, 5]`` then ``[32, 35, 5]``):
 each part is padded to the longest with ``padding_index`` (-100, PaddleNLP's and
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import paddle
 
@@ -32,6 +37,7 @@ from . import distributed as dist
 from .compat.outputs import EvalPrediction
 from .data import close_iterator
 from .data.batch import batch_size
+from .errors import ConfigError, option
 from .events import Event
 from .metric_keys import flatten_metrics
 from .tensors import PADDING_INDEX, pad_to, to_numpy  # to_numpy: bf16 -> float32 (numpy() of bf16 gives raw bits)
@@ -54,6 +60,7 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     model.eval()
     loss_sum = paddle.zeros([], dtype="float64")
     has_loss, all_preds, all_labels, count = False, [], [], 0
+    host = _HostParts(trainer.args.eval_accumulation_steps)
     batches = iter(loader)
     try:
         with paddle.no_grad():
@@ -71,12 +78,15 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
                 all_preds.append(_detach(preds))
                 if labels is not None:
                     all_labels.append(labels)
+                all_preds, all_labels = host.maybe_move(all_preds, all_labels)
                 if end:
                     trainer.fire(end)
     finally:
         close_iterator(batches)  # a read-ahead thread or DataLoader workers end with the pass, or with its failure
         if was_training:
             model.train()
+    if host.parts:
+        all_preds, all_labels = host.join(all_preds, all_labels, on_device=dist.get_world_size() > 1)
     local_preds = join_batches(all_preds)
     local_labels = join_batches(all_labels) if all_labels else None
     preds = dist.gather_nested(local_preds, PADDING_INDEX)
@@ -84,6 +94,77 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     count = int(dist.reduce_scalars([count], op="sum")[0])
     total = dist.all_reduce_sum(loss_sum) if has_loss else None
     return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)
+
+
+class _HostParts:
+    """The outputs moved to the host every ``every`` batches (``eval_accumulation_steps``; None: never)."""
+
+    def __init__(self, every: Optional[int]):
+        self.every = every
+        self.parts: List[tuple] = []  # (predictions, labels or None), numpy, each joined over `every` batches
+
+    def maybe_move(self, preds: list, labels: list):
+        if not self.every or len(preds) < self.every:
+            return preds, labels
+        self.parts.append((to_numpy(join_batches(preds)), to_numpy(join_batches(labels)) if labels else None))
+        return [], []
+
+    def join(self, preds: list, labels: list, on_device: bool):
+        """Every part and what is left, as single parts for :func:`join_batches`: host tensors on one process,
+        device tensors when a gather across ranks follows."""
+        if preds:
+            self.maybe_move_all(preds, labels)
+        place = None if on_device else paddle.CPUPlace()
+        as_tensor = _map(lambda a: paddle.to_tensor(a, place=place))
+        joined_preds = [join_batches([as_tensor(p) for p, _ in self.parts])]
+        joined_labels = [join_batches([as_tensor(lb) for _, lb in self.parts])] if self.parts[0][1] is not None else []
+        self.parts = []
+        return joined_preds, joined_labels
+
+    def maybe_move_all(self, preds: list, labels: list) -> None:
+        every, self.every = self.every, len(preds)
+        self.maybe_move(preds, labels)
+        self.every = every
+
+
+def _map(fn):
+    def apply(value):
+        if isinstance(value, dict):
+            return {k: apply(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(apply(v) for v in value)
+        return None if value is None else fn(value)
+    return apply
+def eval_sets(dataset, prefix: str = "eval") -> List[Tuple[str, Any]]:
+    """``[(metric prefix, dataset)]``: one dataset keeps ``prefix``; a dict ``{name: dataset}`` (several evaluation
+    sets, as Hugging Face's) gives ``prefix_name`` per set, in the dict's order::
+
+        >>> [p for p, _ in eval_sets({"val": [1], "test_b": [2]})]
+        ['eval_val', 'eval_test_b']
+    """
+    if not isinstance(dataset, dict):
+        return [(prefix, dataset)]
+    if not dataset:
+        raise ConfigError("eval_dataset is an empty dict: give {name: dataset, ...} with at least one set, or None")
+    for name, value in dataset.items():
+        if not isinstance(name, str) or not name.strip() or any(c.isspace() or c in "/%" for c in name):
+            raise ConfigError(f"eval_dataset name {name!r} is not allowed: use a word such as 'val' (it becomes the "
+                              f"metric prefix {prefix}_<name>_)")
+        if value is None:
+            raise ConfigError(f"eval_dataset[{name!r}] is None: give a dataset or leave the name out")
+    return [(f"{prefix}_{name}", value) for name, value in dataset.items()]
+
+
+def check_eval_sets(dataset, args) -> None:
+    """At construction: the names of several evaluation sets, and a ``metric_for_best_model`` that names one of them
+    when it is the loss (``eval_loss`` exists only for a single set)."""
+    sets = eval_sets(dataset) if dataset is not None else []
+    metric = args.metric_for_best_model
+    if len(sets) > 1 or isinstance(dataset, dict):
+        if metric in ("loss", "eval_loss"):
+            names = ", ".join(f"{p}_loss" for p, _ in sets)
+            raise ConfigError(f"metric_for_best_model={metric!r} but eval_dataset has several sets: name one of "
+                              f"{names} (e.g. {option('metric_for_best_model', sets[0][0] + '_loss')})")
 
 
 def speed_metrics(prefix: str, start: float, samples: int, batch_size: int) -> dict:

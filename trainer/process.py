@@ -20,6 +20,10 @@ signalled or killed first (docs/how-to/preemption.md):
   138): there is nothing to save before ``fit()``. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
+- :func:`hand_off_exit_code`: a preempted ``fit()`` returns to the script,
+  and the script may simply end; the process then still exits with the
+  preemption's code (130 / 143 / 138), so that it reaches the launcher, ``ptrain``
+  and the shell without the script calling ``sys.exit``.
 """
 
 from __future__ import annotations
@@ -209,6 +213,63 @@ def startup_handlers_active(active: bool) -> bool:
     return previous
 
 
+# ---- the exit code of a preempted run ------------------------------------------------------------------
+_HANDOFF = {"code": 0, "installed": False, "hook": None}
+
+
+def hand_off_exit_code(code: int) -> None:
+    """End this process with ``code`` when the script ends normally (also by ``sys.exit``), or raises
+    ``trainer.errors.Preempted`` (one line, no traceback); another uncaught exception keeps Python's 1.
+    ``0`` withdraws the request (a new ``fit()`` begins). The exit skips the interpreter's teardown after
+    flushing the logs and streams, as ``ptrain``'s own entry script does (trainer/cli/launch_entry.py)."""
+    _HANDOFF["code"] = int(code)
+    if code:
+        _install_hooks()
+
+
+def handed_off_exit_code() -> int:
+    return _HANDOFF["code"]
+
+
+def _install_hooks() -> None:
+    if not _HANDOFF["installed"]:
+        _HANDOFF["installed"] = True
+        import atexit
+
+        atexit.register(_exit_with_handed_off_code)
+        _HANDOFF["hook"] = sys.excepthook
+        sys.excepthook = _excepthook
+
+
+def _excepthook(kind, value, tb) -> None:
+    from .errors import Preempted
+
+    if isinstance(value, Preempted):
+        _HANDOFF["code"] = value.exit_code
+        sys.stderr.write(f"ptrain: {value}\n")
+        return
+    folder = os.environ.get(FAILURE_DIR_ENV)
+    if folder and value is _HANDOFF.get("failure"):  # recorded for ptrain, which prints it once for all ranks
+        import traceback
+
+        _HANDOFF["code"] = _HANDOFF["failure_code"]
+        try:
+            with open(os.path.join(folder, f"rank-{_HANDOFF['failure_rank']}.traceback"), "w", encoding="utf-8") as f:
+                f.write("".join(traceback.format_exception(kind, value, tb)))
+        except OSError:
+            sys.stderr.write(f"ptrain: {type(value).__name__}: {value}\n")
+        return
+    _HANDOFF["code"] = 0  # the script failed: Python's exit code 1 and its traceback
+    (_HANDOFF["hook"] or sys.__excepthook__)(kind, value, tb)
+
+
+def _exit_with_handed_off_code() -> None:
+    code = _HANDOFF["code"]
+    if code:
+        logging.shutdown()
+        exit_now(code)
+
+
 # ---- failures a rank records for ptrain ---------------------------------------------------------------
 #: set by ptrain's launcher for every worker: a folder where a rank whose fit() failed writes what happened,
 #: so ptrain names the failure (any rank's, not only the one the launcher's exit code comes from) and does not
@@ -217,7 +278,9 @@ FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
 
 
 def record_failure(rank: int, error: BaseException) -> None:
-    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises)."""
+    """Write ``{rank, code, error}`` for ptrain (no-op outside ptrain's launcher; never raises). Should the
+    script leave ``error`` uncaught, the rank writes its traceback to ``rank-N.traceback`` beside the record
+    instead of on the console, and exits with the error's code."""
     folder = os.environ.get(FAILURE_DIR_ENV)
     if not folder:
         return
@@ -226,6 +289,10 @@ def record_failure(rank: int, error: BaseException) -> None:
     code = getattr(error, "exit_code", None)
     record = {"rank": rank, "code": code if isinstance(code, int) else 1,
               "error": f"{type(error).__name__}: {error}"[:2000]}
+    # left uncaught by the script, the error is then not printed by this rank (its traceback goes to
+    # ptrain's log_dir) and the process exits with its code: ptrain prints it once for every rank
+    _HANDOFF.update(failure=error, failure_code=record["code"], failure_rank=rank)
+    _install_hooks()
     try:
         tmp = os.path.join(folder, f".rank-{rank}.json.tmp-{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:

@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 # never saved: device tensors, the error, and the control flags (a resumed run starts with clear flags)
 _RUNTIME_ONLY = ("loss", "step_loss", "grad_norm", "error", "exit_code", "status", "should_stop", "should_log",
-                 "should_evaluate", "should_save", "skip_optimizer_step")
+                 "should_evaluate", "should_save", "skip_optimizer_step", "train_metrics")
 
 
 @dataclass
@@ -51,6 +51,8 @@ class TrainerState:
     tokens_seen: int = 0          # input_ids elements consumed (padding included), summed over ranks
     world_size: int = 1
     global_batch_size: int = 0    # per-device batch x accumulation x world size
+    train_micro_batch_size: int = 0  # samples per forward when auto_find_batch_size cut the data batches after an
+                                     # out-of-memory (0: the whole per-device batch); kept in checkpoints
     skipped_steps: int = 0        # optimizer updates skipped (AMP overflow, NaN guard, callbacks)
     run_id: str = ""              # the run the checkpoints belong to (kept on resume; see trainer.checkpoint.output_dir)
     # timing (host clocks; no device sync)
@@ -59,6 +61,7 @@ class TrainerState:
     last_step_time: float = 0.0   # host seconds of the last step, data wait included
     # results
     metrics: dict = field(default_factory=dict)     # last evaluation metrics
+    train_metrics: dict = field(default_factory=dict)  # this fit(): train_runtime, train_samples_per_second, train_steps_per_second
     logs: dict = field(default_factory=dict)        # the record being logged (mutable in on_log)
     log_history: list = field(default_factory=list)
     best_metric: Optional[float] = None

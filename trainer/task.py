@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import ConfigError
 
@@ -63,6 +63,9 @@ class Preprocessing:
     description: str                                      # what an item is, for the 400 line
     encode: Callable[[List[Any]], List[Any]]
     decode: Callable[[List[Any], List[Any]], List[dict]]
+    # sizes(items) -> (width, height) of each image, read from its header without decoding (ValueError naming a
+    # bad item): the server refuses an image over --max_image_pixels (413) and bounds the pixels decoded at once
+    sizes: Optional[Callable[[List[Any]], List[Tuple[int, int]]]] = None
 
 
 @dataclass
@@ -85,6 +88,8 @@ class Task:
     # options a resume may change, each with the reason (docs/how-to/resume.md); every other option is compared
     # with the checkpoint's and a change is refused. An option of the split is never allowed (SPLIT_OPTIONS).
     resume_may_change: Dict[str, str] = field(default_factory=dict)
+    # the names ``ptrain serve`` gives the exported model's outputs (``logits``), in the export's order
+    output_names: Optional[Sequence[str]] = None
 
     def __post_init__(self):
         split = sorted(set(self.resume_may_change) & set(SPLIT_OPTIONS))

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import math
 import os
-import random
 import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
@@ -28,6 +27,7 @@ from callbacks.defaults import callback_set
 
 from . import distributed as dist
 from .args import TrainingArguments
+from .auto_batch import AutoBatch
 from .checkpoint import writer as ckpt_writer
 from .checkpoint.load import load_checkpoint, reslice_optimizer
 from .checkpoint.manifest import checkpoints_dir
@@ -47,14 +47,15 @@ from .data.batch_errors import backward_dtype_error, label_dtype_error, label_er
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, TrainerError, TrainingError, option
-from .evaluation import compute_metrics_of, logits_from_outputs, run_inference, speed_metrics
+from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
+from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
+from .memory_stats import peak_memory_record
 from .parallel import Layout
-from .parallel.apply import clip_before_step, optimizer_grad_clip, parallelize
-from .schedules import build_scheduler
+from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
+from .seed import set_seed
 from .state import TrainerState
 
 logger = logging.getLogger("trainer")
@@ -100,6 +101,7 @@ class Trainer(PaddleNLPAPI):
         args, callbacks, loss_fn, collate_fn = door.args, door.callbacks, door.loss_fn, door.collate_fn
         optimizer, lr_scheduler = door.optimizer, door.lr_scheduler
         self.tokenizer, self.preprocess_predictions = door.tokenizer, door.preprocess_predictions
+        self.recipe = door.recipe  # the choices that decide the numbers: ours, or PaddleNLP's (trainer.recipe)
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise ConfigError(f"args must be a trainer.TrainingArguments, got {type(self.args).__name__}")
@@ -107,7 +109,8 @@ class Trainer(PaddleNLPAPI):
         self.model = model                 # the user's model, never wrapped
         self.model_wrapped = model         # DataParallel(model) during fit() when world size > 1
         self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
+        self.eval_dataset = eval_dataset  # a dataset, or {name: dataset}: each evaluated with prefix eval_<name>
+        check_eval_sets(eval_dataset, self.args)
         self.loss_fn = loss_fn
         self.collate_fn = collate_fn
         self.optimizer = optimizer
@@ -119,7 +122,7 @@ class Trainer(PaddleNLPAPI):
         self.state = TrainerState(world_size=self._world_size)
         # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
         self.layout = Layout.from_args(self.args, self._world_size, self._rank)
-        self._parallel = None  # (model, trainer.parallel.Parallelized) once fit() has laid the model out
+        self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -132,6 +135,8 @@ class Trainer(PaddleNLPAPI):
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
+        self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
+        self._auto_batch: Optional[AutoBatch] = None
         self._compat_init_end(door.paddlenlp_args)
 
     # ---- public facts --------------------------------------------------------
@@ -151,7 +156,7 @@ class Trainer(PaddleNLPAPI):
     def inference_model(self) -> paddle.nn.Layer:
         """The model evaluation and prediction run: ``model``, or under sharding stage 3 the wrapper that gathers
         each rank's parameter slices in the forward (``trainer.parallel``)."""
-        applied = self._parallel[1] if self._parallel is not None and self._parallel[0] is self.model else None
+        applied = self._parallel[3] if self._parallel is not None and self._parallel[0] is self.model else None
         return applied.inference_model if applied is not None and applied.inference_model is not None else self.model
 
     def add_callback(self, callback: Callback) -> None:
@@ -176,9 +181,7 @@ class Trainer(PaddleNLPAPI):
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
             return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
-        self._train_sampler = ResumableDistributedBatchSampler(
-            n, self.args.per_device_train_batch_size, num_replicas=self.world_size, rank=self.rank,
-            shuffle=True, seed=self.args.data_seed, drop_last=self.args.dataloader_drop_last)
+        self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
         if self._train_sampler.batches_per_epoch() == 0:
             raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
                             f"dataloader_drop_last: lower per_device_train_batch_size or set "
@@ -208,7 +211,7 @@ class Trainer(PaddleNLPAPI):
         a = self.args
         lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
         params = [p for p in self.model.parameters() if not p.stop_gradient]
-        decay_names = {p.name for p in params if p.ndim >= 2}
+        decay_names = self.recipe.decay_names(self.model, params)
         clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
         if a.optim == "adamw":
             return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
@@ -222,8 +225,8 @@ class Trainer(PaddleNLPAPI):
         return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
 
     def create_lr_scheduler(self, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
-        return build_scheduler(self.args, total_steps, self.state.steps_per_epoch, self._peak_lr())
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
+        return self.recipe.lr_scheduler(self, total_steps)
 
     def _peak_lr(self) -> float:
         """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
@@ -292,7 +295,11 @@ class Trainer(PaddleNLPAPI):
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
         _check_loss(loss)
-        self.state.loss = loss / self.state.num_micro_batches if self.state.num_micro_batches > 1 else loss
+        n = self.state.num_micro_batches
+        if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
+            self.state.loss = loss * (self.loss_share / n)
+        else:
+            self.state.loss = loss / n if n > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
         try:
             self.state.loss.backward()
@@ -338,6 +345,7 @@ class Trainer(PaddleNLPAPI):
         state.run_id = lock.run_id  # a second fit() continues its run; a resume takes the resumed run's
         try:
             loader = self._setup_fit(resume)
+            clock = (time.time(), state.samples_seen, state.global_step)  # this fit()'s, resumed counters included
             self.fire(Event.FIT_BEGIN)
             # laid out after on_fit_begin: AMP O2 casts the parameters there, and DataParallel and the
             # sharding wrappers bucket gradients by the dtype the parameters have when they are built
@@ -348,6 +356,7 @@ class Trainer(PaddleNLPAPI):
             self.wait_for_checkpoint()
             if state.status == "running":
                 state.status = "stopped" if state.should_stop and state.global_step < state.max_steps else "completed"
+            state.train_metrics = _train_speed(*clock, state)
         except BaseException as exc:
             killed = killed_worker_of(exc)  # an evaluation's or a callback's loader worker, outside the epoch
             error = worker_killed(*killed) if killed is not None else exc
@@ -371,12 +380,16 @@ class Trainer(PaddleNLPAPI):
 
     def _parallelize(self) -> None:
         """Apply ``self.layout`` (``trainer.parallel.parallelize``: recompute, then sharding or data parallel) once
-        per model: a second fit() of the same model runs what the first one built."""
-        if self._parallel is None or self._parallel[0] is not self.model:
-            applied = parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler)
-            self._parallel = (self.model, applied)
-        applied = self._parallel[1]
-        self.model_wrapped, self.optimizer, self.grad_scaler = applied.model, applied.optimizer, applied.scaler
+        per model and optimizer: a second fit() with the same ones runs what the first one built."""
+        built = self._parallel
+        if built is None or built[0] is not self.model or not (self.optimizer is built[1] or self.optimizer is built[3].optimizer):
+            built = self._parallel = (self.model, self.optimizer, self.grad_scaler,
+                                      parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler))
+        applied = built[3]
+        self.model_wrapped, self.optimizer = applied.model, applied.optimizer
+        if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
+            self.grad_scaler = applied.scaler
+        self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
         reslice_optimizer(self)  # a resumed optimizer state, cut to the slices sharding stage 3 holds
 
     @staticmethod
@@ -389,7 +402,7 @@ class Trainer(PaddleNLPAPI):
 
     def _setup_fit(self, resume: Optional[str]) -> paddle.io.DataLoader:
         a = self.args
-        _seed_everything(a.seed)
+        set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
         resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
@@ -399,6 +412,7 @@ class Trainer(PaddleNLPAPI):
                 self.lr_scheduler = self.create_lr_scheduler(self.state.max_steps)
             self.optimizer = self.create_optimizer()
         self._losses = LossWindow()
+        self._auto_batch = AutoBatch(self.world_size, a.per_device_train_batch_size, self.layout) if a.auto_find_batch_size else None
         if resume:
             self.load_checkpoint(resume)  # restores the partial logging window (_losses) too
             self._plan_steps()  # this run's arguments win over the checkpoint's plan
@@ -466,21 +480,29 @@ class Trainer(PaddleNLPAPI):
         step_start = time.perf_counter()
         self.fire(Event.STEP_BEGIN)
         state.last_data_wait = 0.0
-        n = state.num_micro_batches
-        step_loss = None
-        for i in range(n):
-            state.micro_step = i
-            batch = self._next_batch(batches)
-            with self._sync_context(last=i == n - 1):
-                loss = self.training_step(self.model_wrapped, batch)
-            part = loss / n if n > 1 else loss
-            step_loss = part if step_loss is None else step_loss + part
+        if self._auto_batch is not None:  # cut, agreed on and retried after an out-of-memory (trainer.auto_batch)
+            step_loss = self._auto_batch.accumulate(self, batches)
+        else:
+            step_loss = self._accumulate(batches)
         state.step_loss = step_loss
         self._losses.add(step_loss)
         self._optimizer_step()
         state.step_in_epoch += 1
         state.last_step_time = time.perf_counter() - step_start
         self.fire(Event.STEP_END)
+
+    def _accumulate(self, batches):
+        """Forward and backward of the step's micro-batches; returns their mean loss (on the device)."""
+        n = self.state.num_micro_batches
+        step_loss = None
+        for i in range(n):
+            self.state.micro_step = i
+            batch = self._next_batch(batches)
+            with self._sync_context(last=i == n - 1):
+                loss = self.training_step(self.model_wrapped, batch)
+            part = loss / n if n > 1 else loss
+            step_loss = part if step_loss is None else step_loss + part
+        return step_loss
 
     def _next_batch(self, batches):
         start = time.perf_counter()
@@ -537,7 +559,8 @@ class Trainer(PaddleNLPAPI):
         Returns the norm before clipping as a device tensor (no host sync); None when the optimizer clips
         inside its step (sharding, master gradients: ``trainer.layout.clips_in_optimizer``).
         """
-        return clip_before_step(self.layout, self.model.parameters(), max_norm)  # float16/bfloat16 beside float32 (AMP O2)
+        # float16/bfloat16 beside float32 (AMP O2); the run's recipe decides the arithmetic (ours or PaddleNLP's)
+        return clip_before_step(self.layout, self.model.parameters(), max_norm, clip=self.recipe.clip)
 
     def current_lr(self) -> float:
         return float(self.optimizer.get_lr())
@@ -579,13 +602,15 @@ class Trainer(PaddleNLPAPI):
             record["tokens_per_second"] = (state.tokens_seen - tokens0) / elapsed
         if state.grad_norm is not None:
             record["grad_norm"] = float(state.grad_norm)
+        if not self.args.skip_memory_metrics:  # each rank's high-water marks, the largest over ranks
+            record.update(peak_memory_record())
         self._losses.reset()
         self._log_clock = (now, state.samples_seen, state.tokens_seen)
         self.log(record)
 
     def log(self, record: dict) -> None:
         """Publish a record of host floats to the loggers (``on_log``); every rank calls it."""
-        self.state.logs = dict(record)
+        self.state.logs = self.recipe.log_record(self, dict(record))
         self.fire(Event.LOG)
         self.state.log_history.append(dict(self.state.logs))
 
@@ -595,24 +620,43 @@ class Trainer(PaddleNLPAPI):
 
         Each rank evaluates a contiguous, unpadded shard; losses are summed and
         predictions gathered across ranks, so no sample counts twice or is lost.
+        A dict ``{name: dataset}`` evaluates each set with the prefix
+        ``<metric_key_prefix>_<name>`` (``eval_val_loss``), all in one evaluation
+        (one ``on_eval_begin`` / ``on_eval_end``, one log record).
         """
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ConfigError("evaluate() needs an eval_dataset: Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        self._refuse_after_preemption("evaluate()")
+        sets = eval_sets(dataset, metric_key_prefix)
         self.fire(Event.EVAL_BEGIN)
-        start = time.time()
         dist.broadcast_buffers(self.model)  # DataParallel leaves each rank its own BatchNorm statistics
-        out = run_inference(self, dataset, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
-        metrics = compute_metrics_of(self, out, metric_key_prefix)
-        metrics[f"{metric_key_prefix}_samples"] = out.count
-        metrics.update(speed_metrics(metric_key_prefix, start, out.count, self.args.per_device_eval_batch_size))
+        metrics = {}
+        for prefix, data in sets:
+            start = time.time()
+            out = run_inference(self, data, Event.EVAL_STEP_BEGIN, Event.EVAL_STEP_END)
+            metrics.update(compute_metrics_of(self, out, prefix))
+            metrics[f"{prefix}_samples"] = out.count
+            metrics.update(speed_metrics(prefix, start, out.count, self.args.per_device_eval_batch_size))
         self.state.metrics = dict(metrics)
         self.fire(Event.EVAL_END)
         self.log({"step": self.state.global_step, **self.state.metrics})
-        return self.state.metrics
+        return self.recipe.eval_result(self, self.state.metrics)
+
+    def _refuse_after_preemption(self, what: str) -> None:
+        """After a preempted fit() the job is stopping and ranks leave: no collective may start. Every rank
+        agreed on the preemption, so every rank raises here, at the same call."""
+        if self.state.status == "preempted" and self.state.exit_code:
+            import signal
+
+            name = signal.Signals(self.state.exit_code - 128).name
+            raise Preempted(f"{what} after a preempted fit() ({name}): skipped on every rank, the job is stopping; "
+                            f"exiting {self.state.exit_code}. Resume with resume_from_checkpoint=\"auto\" to finish "
+                            "and evaluate", self.state.exit_code - 128)
 
     def predict(self, dataset) -> PredictionOutput:
         """Predictions (numpy, dataset order) on every rank, and metrics when labels exist."""
+        self._refuse_after_preemption("predict()")
         self.fire(Event.PREDICT_BEGIN)
         start = time.time()
         out = run_inference(self, dataset, None, None)
@@ -685,10 +729,14 @@ def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    paddle.seed(seed)
+
+
+def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) -> dict:
+    """PaddleNLP's (and Hugging Face's) names for a fit()'s speed: the one set, in state, results.json and train()."""
+    runtime = max(time.time() - start, 1e-9)
+    return {"train_runtime": round(runtime, 4),
+            "train_samples_per_second": round((state.samples_seen - samples0) / runtime, 4),
+            "train_steps_per_second": round((state.global_step - steps0) / runtime, 4)}
 
 
 def _check_loss(loss: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -57,12 +58,26 @@ def build(options: DigitsOptions, args) -> TaskRun:
     return run
 
 
+class DigitsExport(Export):
+    """``callbacks.Export``, then ``task.json`` (``{"task": "digits"}``) next to the inference model, so that
+    ``ptrain serve`` names the model ``digits`` and its output ``logits``.
+
+    Events: ``on_fit_end`` (main process, completed or stopped runs). State: none.
+    """
+
+    def on_fit_end(self, trainer):
+        super().on_fit_end(trainer)
+        if self.result is not None:
+            with open(os.path.join(self.result.path, "task.json"), "w", encoding="utf-8") as f:
+                json.dump({"task": "digits"}, f)
+
+
 def dry_build(options: DigitsOptions, args) -> TaskRun:
     """The run without its data (``ptrain run digits --dry_run``): model, loss, metrics, info."""
     paddle.seed(args.seed)  # the model's initial weights follow the run's seed
     model = build_mlp(64, 10, options.hidden_size, options.num_layers, options.dropout)
     return TaskRun(model=model, loss_fn=paddle.nn.CrossEntropyLoss(), compute_metrics=accuracy,
-                   callbacks=[Export()],  # output_dir/inference: what ptrain serve serves
+                   callbacks=[DigitsExport()],  # output_dir/inference: what ptrain serve serves
                    info={"parameters": int(sum(int(np.prod(p.shape)) for p in model.parameters()))})
 
 
@@ -74,4 +89,5 @@ TASK = Task(
     recipes_dir=os.path.join(os.path.dirname(__file__), "recipes"),
     dry_build=dry_build,
     predict=predict,
+    output_names=("logits",),
 )

@@ -380,4 +380,5 @@ TASK = Task(
     resume_may_change={"cache_dir": "where the token-id and vocabulary caches live: their files are keyed by the "
                                     "texts, the vocabulary (or vocab_min_freq) and max_seq_len, so the ids and the "
                                     "vocabulary are the same wherever they are cached"},
+    output_names=("logits",),
 )

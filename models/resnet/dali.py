@@ -45,7 +45,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from .crops import flip_coin
-from .imagefolder import ImageFolderDataset
+from .imagefolder import MAX_IMAGE_PIXELS, ImageFolderDataset
 from .turbo import JPEG_MAGIC, TURBO_COLORSPACES, TurboTransform
 
 logger = logging.getLogger("models.resnet")
@@ -80,7 +80,7 @@ class DaliImageFolder(ImageFolderDataset):
     """An ImageFolder whose batches DALI decodes (see the module docstring).
 
     Args:
-        root, classes, bad_images: as :class:`ImageFolderDataset`.
+        root, classes, bad_images, max_pixels: as :class:`ImageFolderDataset`.
         transform: a :class:`~models.resnet.turbo.TurboTransform`: its size, resize
             and training/evaluation mode define the pipeline; it also decodes the
             files DALI does not get (``__getitem__`` uses it alone).
@@ -89,8 +89,9 @@ class DaliImageFolder(ImageFolderDataset):
     """
 
     def __init__(self, root: str, transform: TurboTransform, classes: Optional[Sequence[str]] = None,
-                 bad_images: str = "skip", threads: int = 0, device: Optional[str] = None):
-        super().__init__(root, transform, classes=classes, bad_images=bad_images)
+                 bad_images: str = "skip", threads: int = 0, device: Optional[str] = None,
+                 max_pixels: int = MAX_IMAGE_PIXELS):
+        super().__init__(root, transform, classes=classes, bad_images=bad_images, max_pixels=max_pixels)
         self.threads = threads or default_threads()
         self.device = device
         self._pipe = None
@@ -139,11 +140,10 @@ class DaliImageFolder(ImageFolderDataset):
 
     # ---- batches ----------------------------------------------------------------
     def _prepare(self, j: int):
-        """(encoded bytes, box, flip) of sample ``j`` for DALI, or None: it goes the per-sample way."""
+        """(encoded bytes, box, flip) of sample ``j`` for DALI, or None: it goes the per-sample way. Whether
+        a file was marked unreadable before plays no part: the draws are a function of the files (exact resume)."""
         import simplejpeg
 
-        if self._bad[j]:
-            return None
         try:
             data = np.fromfile(self.path(j), dtype=np.uint8)
         except OSError:
@@ -155,8 +155,8 @@ class DaliImageFolder(ImageFolderDataset):
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             return None
-        if colorspace not in TURBO_COLORSPACES:
-            return None
+        if colorspace not in TURBO_COLORSPACES or (self.max_pixels and height * width > self.max_pixels):
+            return None  # per sample: Pillow's path decodes it, or names it (over max_pixels)
         top, left, h, w = self.transform.box(height, width)
         flip = int(self.transform.train and flip_coin())
         return data, (top, left, min(h, height - top), min(w, width - left)), flip

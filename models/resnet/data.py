@@ -39,7 +39,8 @@ from models import splits
 from models.digits.data import digits_arrays
 from trainer.errors import DataError
 
-from .imagefolder import ImageFolderDataset, find_classes
+from .folder_listing import find_classes
+from .imagefolder import MAX_IMAGE_PIXELS, ImageFolderDataset
 from .turbo import TurboImageFolder, TurboTransform
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ArrayAugment, PixelsCHW, eval_transform, imagefolder_train
 
@@ -120,11 +121,12 @@ def imagefolder_data(options) -> DataBundle:
     else:  # turbo: batches assembled in place; pillow: one sample at a time, collated by the loader
         Folder = TurboImageFolder if backend == "turbo" else ImageFolderDataset
     train_t, eval_t = _folder_transforms(backend, size, resize, options.augment)
-    train = Folder(train_dir, train_t, bad_images=options.bad_images)
+    bad = {"bad_images": options.bad_images, "max_pixels": getattr(options, "max_image_pixels", MAX_IMAGE_PIXELS)}
+    train = Folder(train_dir, train_t, **bad)
     classes = train.classes
-    val = Folder(val_dir, eval_t, classes=classes, bad_images=options.bad_images)
+    val = Folder(val_dir, eval_t, classes=classes, **bad)
     has_test = os.path.isdir(test_dir)
-    test = Folder(test_dir, eval_t, classes=classes, bad_images=options.bad_images) if has_test else val
+    test = Folder(test_dir, eval_t, classes=classes, **bad) if has_test else val
     return DataBundle(train, val, test, classes, _preprocess(size, resize, classes, "imagefolder"),
                       info={"test_split": "test" if has_test else "val (no test/ folder)"})
 

@@ -19,7 +19,15 @@ killed", and without workers (the reading runs in a loader thread) it waits
 forever. So ``__getitem__`` never raises: it marks the file in a flag array in
 shared memory (a ``RawArray`` the forked workers inherit; a marked file is not
 read again), logs its path once, and returns the next readable image in the
-folder (with its label), so batches keep their size. Then, by ``bad_images``:
+folder (with its label), so batches keep their size. Which image that is, and
+what it draws from python's and numpy's RNGs (the crop box and flip), depend
+only on the files: a file that fails puts the RNGs back to where they were
+before it was tried, so a process that meets it for the first time (a resumed
+run) draws as one that marked it long ago, and resume stays exact. An image
+whose header says more than ``max_pixels`` pixels, and a 32-bit (``I``, ``F``)
+one, is a bad image too (:func:`read_rgb`); 16-bit ones are scaled to 8 bits.
+The files are listed by :mod:`models.resnet.folder_listing` (symlinks followed
+once per real folder and file). Then, by ``bad_images``:
 
 * ``skip``: training goes on; ``bad_paths()`` lists the marked files (the
   task's ``BadImages`` callback sums them over ranks into results.json).
@@ -42,13 +50,17 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import paddle
 
+from trainer.data.host_rng import host_rng_state, restore_host_rng_state
 from trainer.errors import DataError
+
+from .folder_listing import find_classes, listing_fingerprint, scan_images
 
 logger = logging.getLogger("models.resnet")
 
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 BAD_IMAGE_CHOICES = ("skip", "fail")
 MAX_CONSECUTIVE_BAD = 64
+#: Default ``max_image_pixels``: Pillow's own limit (``PIL.Image.MAX_IMAGE_PIXELS``, ~89.5 Mpx).
+MAX_IMAGE_PIXELS = 89_478_485
 
 
 class BadImageError(DataError):
@@ -62,49 +74,45 @@ class BadImageError(DataError):
         self.path, self.reason = path, reason
 
 
-def find_classes(root: str) -> List[str]:
-    """Sorted names of the sub-directories of ``root``."""
-    if not os.path.isdir(root):
-        raise DataError(f"image folder {root} does not exist: give --data_dir DIR with train/ and val/ "
-                        "holding one sub-directory per class")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    if not classes:
-        raise DataError(f"image folder {root} has no class sub-directories: put the images of class C in {root}/C/")
-    return classes
-
-
-def scan_images(root: str, classes: Sequence[str]) -> Tuple[List[str], List[int]]:
-    """Relative paths and labels of every image file under ``root/<class>/`` (recursive, sorted)."""
-    index = {c: i for i, c in enumerate(classes)}
-    present = find_classes(root)
-    unknown = [c for c in present if c not in index]
-    if unknown:
-        raise DataError(f"{root} has class folder(s) {unknown[:3]} that the training folder does not have: "
-                        "train/ and val/ must use the same class names")
-    paths, labels = [], []
-    for name in present:
-        base = os.path.join(root, name)
-        for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
-            dirnames.sort()
-            for filename in sorted(filenames):
-                if filename.lower().endswith(IMG_EXTENSIONS):
-                    paths.append(os.path.relpath(os.path.join(dirpath, filename), root))
-                    labels.append(index[name])
-    if not paths:
-        raise DataError(f"image folder {root} holds no image files ({', '.join(IMG_EXTENSIONS)})")
-    return paths, labels
-
-
-def read_rgb(path: str, hint: str = "replace or delete the file, or pass --bad_images skip"):
-    """Open and fully decode ``path`` as an RGB PIL image; BadImageError naming the file otherwise."""
+def read_rgb(path, hint: str = "replace or delete the file, or pass --bad_images skip",
+             max_pixels: int = MAX_IMAGE_PIXELS):
+    """Open and fully decode ``path`` (or a file object) as an RGB PIL image; BadImageError naming the file
+    otherwise, also for an image of more than ``max_pixels`` pixels by its header (0: no limit), read before
+    anything is decoded. 16-bit images (``I;16`` modes) are scaled to 8 bits; 32-bit integer and float
+    images (``I``, ``F``: no fixed range) are refused."""
     from PIL import Image
 
     try:
         with Image.open(path) as image:
-            return image.convert("RGB")  # decodes the whole file: truncation shows up here
+            check_pixels(path, image.width, image.height, max_pixels)
+            return to_rgb(image, path)  # decodes the whole file: truncation shows up here
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        if isinstance(exc, BadImageError):
+            raise BadImageError(f"{exc}: {hint}", path=exc.path, reason=exc.reason) from None
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadImageError(f"image {path} cannot be read ({reason}): {hint}", path=path, reason=reason) from None
+
+
+def check_pixels(path, width: int, height: int, max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    """BadImageError (without the hint) when ``width x height`` is over ``max_pixels`` (0: no limit)."""
+    if max_pixels and width * height > max_pixels:
+        reason = (f"its header says {width}x{height} = {width * height / 1e6:.1f} Mpx, over max_image_pixels "
+                  f"{max_pixels} ({max_pixels / 1e6:.1f} Mpx)")
+        raise BadImageError(f"image {path} is not read ({reason})", path=str(path), reason=reason)
+
+
+def to_rgb(image, path):
+    """``image`` (any PIL mode) as 8-bit RGB: 16-bit modes scaled (65535 -> 255), others by Pillow's convert."""
+    from PIL import Image
+
+    if image.mode.startswith("I;16"):
+        wide = np.asarray(image).astype(np.uint32)
+        return Image.fromarray(((wide * 255 + 32767) // 65535).astype(np.uint8), mode="L").convert("RGB")
+    if image.mode in ("I", "F"):
+        reason = f"mode {image.mode}: {'32-bit integer' if image.mode == 'I' else 'floating-point'} pixels have no " \
+                 "fixed range; save it with 8 or 16 bits per channel"
+        raise BadImageError(f"image {path} cannot be read ({reason})", path=str(path), reason=reason)
+    return image.convert("RGB")
 
 
 class ImageFolderDataset(paddle.io.Dataset):
@@ -116,12 +124,17 @@ class ImageFolderDataset(paddle.io.Dataset):
             with ``from_file(path) -> array`` that decodes the file itself (``models.resnet.turbo``).
         classes: class names in label order; default: the sorted sub-folders of ``root``.
         bad_images: ``fail`` or ``skip`` (see the module docstring).
+        max_pixels: an image whose header says more pixels is a bad image (skipped or failed as one
+            that cannot be read), never decoded; 0: no limit. Default :data:`MAX_IMAGE_PIXELS`.
     """
 
     def __init__(self, root: str, transform: Callable, classes: Optional[Sequence[str]] = None,
-                 bad_images: str = "skip"):
+                 bad_images: str = "skip", max_pixels: int = MAX_IMAGE_PIXELS):
         if bad_images not in BAD_IMAGE_CHOICES:
             raise DataError(f"bad_images={bad_images!r} is not allowed: choose skip or fail")
+        if int(max_pixels) < 0:
+            raise DataError(f"max_image_pixels={max_pixels!r} is not allowed: give a pixel count, or 0 for no limit")
+        self.max_pixels = int(max_pixels)
         self.root = os.path.abspath(root)
         self.classes = list(classes) if classes is not None else find_classes(self.root)
         paths, labels = scan_images(self.root, self.classes)
@@ -133,6 +146,7 @@ class ImageFolderDataset(paddle.io.Dataset):
         self._any_bad = multiprocessing.RawValue("b", 0)        # 1 = some file failed: cheap to read every step
         self._broken = multiprocessing.RawValue("b", 0)         # 1 = MAX_CONSECUTIVE_BAD failures in a row
         self._reported: set = set()
+        self._fingerprint: Optional[dict] = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -151,9 +165,11 @@ class ImageFolderDataset(paddle.io.Dataset):
             j = (int(i) + attempt) % n
             if self._bad[j]:
                 continue
+            drawn_from = host_rng_state()  # ~2 us; put back below: a file that fails draws nothing
             try:
                 pixels = self._load(self.path(j), out)
             except BadImageError as exc:  # never raise here (see the module docstring)
+                restore_host_rng_state(drawn_from)
                 self._bad[j] = 1
                 self._any_bad.value = 1
                 if j not in self._reported:
@@ -174,8 +190,18 @@ class ImageFolderDataset(paddle.io.Dataset):
     def _load(self, path: str, out: Optional[np.ndarray] = None):
         from_file = getattr(self.transform, "from_file", None)
         if from_file is not None:
-            return from_file(path) if out is None else from_file(path, out=out)  # BadImageError if unreadable
-        return self.transform(read_rgb(path))
+            return from_file(path, out=out, max_pixels=self.max_pixels)  # BadImageError if unreadable
+        return self.transform(read_rgb(path, max_pixels=self.max_pixels))
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint records of this folder (the Trainer's data-fingerprint hook, see
+        ``docs/how-to/resume.md``): the digest of the sorted relative paths with their sizes, per class
+        folder too, and the listing itself for small folders (:func:`~models.resnet.folder_listing.listing_fingerprint`).
+        One ``os.stat`` per file, the first time it is asked for (at the first save, or on resume)."""
+        if self._fingerprint is None:
+            paths = [p.decode("utf-8") for p in self.paths]
+            self._fingerprint = listing_fingerprint(self.root, paths, self.labels.tolist(), self.classes)
+        return self._fingerprint
 
     def has_bad(self) -> bool:
         """Whether any file was found unreadable (one shared byte: cheap enough for every step)."""

@@ -82,16 +82,40 @@ def preprocessing(model_dir: str) -> Preprocessing:
     (``"input"`` is the image's index in the request)."""
     pre, transform = _load_preprocess(model_dir)
 
+    def file_bytes(i: int, item) -> bytes:
+        if not isinstance(item, str):
+            raise DataError(f"item {i}: expected a base64 string of an image file, got {type(item).__name__}")
+        try:
+            return base64.b64decode(item, validate=True)
+        except (binascii.Error, ValueError):
+            raise DataError(f"item {i}: not valid base64 (encode the image file's bytes, e.g. base64 -w0 "
+                            "digit.png)") from None
+
+    from PIL import Image
+
+    # the server bounds decoded pixels itself, from sizes() (--max_image_pixels, 413), before anything is decoded:
+    # PIL's own decompression-bomb check would answer a large image with a warning or an unnamed limit instead
+    Image.MAX_IMAGE_PIXELS = None
+
+    def sizes(items: List) -> List[tuple]:
+        """Each image's (width, height) from its header: nothing is decoded."""
+        out = []
+        for i, item in enumerate(items):
+            try:
+                with Image.open(io.BytesIO(file_bytes(i, item))) as image:
+                    out.append(image.size)
+            except (OSError, ValueError, SyntaxError) as exc:
+                if isinstance(exc, DataError):
+                    raise
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise DataError(f"item {i}: cannot be decoded as an image ({reason}): send a PNG, JPEG or other "
+                                "file PIL reads") from None
+        return out
+
     def encode(items: List) -> List[np.ndarray]:
         batch = []
         for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise DataError(f"item {i}: expected a base64 string of an image file, got {type(item).__name__}")
-            try:
-                data = base64.b64decode(item, validate=True)
-            except (binascii.Error, ValueError):
-                raise DataError(f"item {i}: not valid base64 (encode the image file's bytes, e.g. base64 -w0 "
-                                "digit.png)") from None
+            data = file_bytes(i, item)
             try:
                 image = read_rgb(io.BytesIO(data), hint="send a PNG, JPEG or other image PIL reads")
             except DataError as exc:
@@ -107,7 +131,7 @@ def preprocessing(model_dir: str) -> Preprocessing:
         return _rows(list(range(len(items))), outputs[0], pre["class_names"])
 
     return Preprocessing(field="images", description="base64-encoded image files (PNG, JPEG, ...)",
-                         encode=encode, decode=decode)
+                         encode=encode, decode=decode, sizes=sizes)
 
 
 def check_digit_polarity(image, name: str) -> bool:

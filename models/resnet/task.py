@@ -24,7 +24,7 @@ from trainer.task import Task, TaskRun
 
 from .task_callbacks import BadImages, SavePreprocess
 from .data import build_datasets, class_names, preprocess_for
-from .imagefolder import BAD_IMAGE_CHOICES
+from .imagefolder import BAD_IMAGE_CHOICES, MAX_IMAGE_PIXELS
 from .metrics import metrics_fn
 from .model import DEPTHS, build_resnet, load_pretrained
 from .predict import predict, preprocessing
@@ -49,6 +49,7 @@ class ResNetOptions:
     pretrained: Optional[str] = None      # a .safetensors / .pdparams file, or 'imagenet' (paddle's cache or download)
     data_backend: str = "turbo"           # imagefolder decoding: turbo (libjpeg-turbo + OpenCV; Pillow for non-JPEG) | pillow | dali
     bad_images: str = "skip"              # unreadable image files: skip (log, count, use the next image) | fail
+    max_image_pixels: int = MAX_IMAGE_PIXELS  # an image whose header says more pixels is a bad image (never decoded); 0: no limit
     val_fraction: float = 0.1             # digits and cifar10: share held out for validation
     test_fraction: float = 0.2            # digits: share held out for the test
     split_seed: int = 0                   # seed of the stratified split
@@ -91,6 +92,9 @@ class ResNetOptions:
                                   "(nvidia-dali-cuda120), or use --data_backend turbo")
         if self.bad_images not in BAD_IMAGE_CHOICES:
             raise ConfigError(f"bad_images={self.bad_images!r} is not allowed: choose skip or fail")
+        if self.max_image_pixels < 0:
+            raise ConfigError(f"max_image_pixels={self.max_image_pixels} is not allowed: give a pixel count "
+                              f"(default {MAX_IMAGE_PIXELS}, Pillow's limit), or 0 for no limit")
         if self.pretrained and self.pretrained != "imagenet" and not os.path.isfile(self.pretrained):
             raise ConfigError(f"pretrained={self.pretrained!r}: no such file; give a .safetensors or .pdparams path, or imagenet")
         if not (0 < self.val_fraction < 1 and 0 <= self.test_fraction < 1 and self.val_fraction + self.test_fraction < 0.9):
@@ -150,4 +154,5 @@ TASK = Task(
     predict=predict,
     preprocessing=preprocessing,
     resume_may_change={"pretrained": "the initial weights only: a resume replaces them with the checkpoint's"},
+    output_names=("logits",),
 )

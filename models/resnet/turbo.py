@@ -59,7 +59,7 @@ from trainer.data.batch import AssembledBatch, batch_array
 
 from . import jpeg_regions
 from .crops import center_crop_box, flip_coin, random_resized_crop_box
-from .imagefolder import ImageFolderDataset, read_rgb
+from .imagefolder import MAX_IMAGE_PIXELS, ImageFolderDataset, read_rgb
 
 JPEG_MAGIC = b"\xff\xd8"
 TURBO_COLORSPACES = ("YCbCr", "Gray", "RGB")  # CMYK and YCCK go to Pillow
@@ -100,21 +100,23 @@ class TurboTransform:
             return random_resized_crop_box(height, width)
         return center_crop_box(height, width, self.size, self.resize)
 
-    def from_file(self, path: str, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """The file's pixels, uint8 CHW; written into ``out`` (``(3, size, size)`` uint8) when given."""
+    def from_file(self, path: str, out: Optional[np.ndarray] = None, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+        """The file's pixels, uint8 CHW; written into ``out`` (``(3, size, size)`` uint8) when given.
+        BadImageError naming the file when it cannot be read or its header says more than ``max_pixels``."""
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError:
             data = b""  # missing or unreadable: read_rgb below names the file (BadImageError)
         if data[:2] == JPEG_MAGIC:
-            pixels = self._decode_jpeg(data, out)
+            pixels = self._decode_jpeg(data, out, max_pixels)
             if pixels is not None:
                 return pixels
-        return self(read_rgb(path), out)  # Pillow: other formats, CMYK, damaged JPEGs (BadImageError if unreadable)
+        # Pillow: other formats, CMYK, damaged or oversized JPEGs (BadImageError if unreadable or over max_pixels)
+        return self(read_rgb(path, max_pixels=max_pixels), out)
 
-    def _decode_jpeg(self, data: bytes, out: Optional[np.ndarray]) -> Optional[np.ndarray]:
-        planned = self.plan(data)
+    def _decode_jpeg(self, data: bytes, out: Optional[np.ndarray], max_pixels: int) -> Optional[np.ndarray]:
+        planned = self.plan(data, max_pixels)
         if planned is None:
             return None
         height, width, box, flip = planned
@@ -124,16 +126,17 @@ class TurboTransform:
             return None
         return self._finish(image, scaled_box, flip, out)
 
-    def plan(self, data: bytes):
+    def plan(self, data: bytes, max_pixels: int = MAX_IMAGE_PIXELS):
         """``(height, width, box, flip)`` of a JPEG that libjpeg-turbo decodes (read from its header; the
-        box and flip drawn as Pillow's path draws them), or None for one Pillow must decode (CMYK, ...)."""
+        box and flip drawn as Pillow's path draws them), or None for one Pillow must decode (CMYK, ...) or
+        refuse (its header says more than ``max_pixels``, 0: no limit); then nothing is drawn."""
         import simplejpeg
 
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             return None
-        if colorspace not in TURBO_COLORSPACES or height < 1 or width < 1:
+        if colorspace not in TURBO_COLORSPACES or height < 1 or width < 1 or (max_pixels and height * width > max_pixels):
             return None
         box = self.box(height, width)  # drawn before decoding: the RNG use matches Pillow's path
         return height, width, box, self.train and flip_coin()
@@ -262,9 +265,8 @@ class TurboImageFolder(ImageFolderDataset):
     def _plan_region(self, i: int, out: np.ndarray):
         """For a complete JPEG whose box needs the full-size decode: ``(bytes, region, flip)`` for the batch's
         region decode. A box small enough for a reduced DCT scale is decoded here into ``out`` (``_DONE``).
-        None (nothing drawn from the RNGs yet, or a decode failed): :meth:`sample` decodes it."""
-        if self._bad[i]:
-            return None
+        None (nothing drawn from the RNGs yet, or a decode failed): :meth:`sample` decodes it. A file marked
+        unreadable is planned as any other (what is drawn is a function of the file, not of what was met before)."""
         try:
             with open(self.path(i), "rb") as f:
                 data = f.read()
@@ -272,7 +274,7 @@ class TurboImageFolder(ImageFolderDataset):
             return None
         if data[:2] != JPEG_MAGIC or not jpeg_regions.complete(data):
             return None
-        planned = self.transform.plan(data)
+        planned = self.transform.plan(data, self.max_pixels)
         if planned is None:
             return None
         height, width, box, flip = planned

@@ -1,21 +1,20 @@
-"""A seconds-long run of ``benchmarks/serve.py`` (a tiny MLP, two real servers), so it keeps working.
-Not a measurement: no speed is asserted."""
+"""A seconds-long run of ``benchmarks/serve.py`` (the digits-sized MLP; ptrain serve in /v1, v2 JSON and v2 binary,
+and the hand-written peer, all real servers), so it keeps working. Not a measurement: no speed is asserted."""
 
 import json
 
 from benchmarks import serve
 
 
-def test_serve_benchmark_runs_both_settings_and_reports(tmp_path):
+def test_serve_benchmark_runs_every_protocol_and_the_peer(tmp_path):
     out = tmp_path / "serve.json"
-    assert serve.main(["--hidden", "32", "--layers", "1", "--duration", "0.3", "--rounds", "1",
-                       "--concurrency", "1,4", "--max_requests", "200", "--json", str(out),
-                       "--markdown", str(tmp_path / "serve.md")]) == 0
-    result = json.loads(out.read_text())["result"]
-    points = {(r["max_batch_size"], r["concurrency"]): r for r in result["rows"]}
-    assert set(points) == {(1, 1), (1, 4), (32, 1), (32, 4)}
+    assert serve.main(["--models", "digits", "--duration", "0.3", "--slice", "0.15", "--rounds", "1", "--concurrency", "1,4",
+                       "--max_requests", "200", "--json", str(out), "--markdown", str(tmp_path / "serve.md")]) == 0
+    (model,) = json.loads(out.read_text())["result"]["models"]
+    points = {(r["protocol"], r["concurrency"]): r for r in model["rows"]}
+    assert set(points) == {(p, c) for p in ("v1", "v2-json", "v2-binary", "handwritten") for c in (1, 4)}
     for r in points.values():
         assert r["requests"] > 0 and r["errors"] == 0 and r["p99_ms"] >= r["p50_ms"] > 0
-    assert points[(1, 4)]["mean_batch"] == 1.0  # --max_batch_size 1 never batches
+    assert points[("handwritten", 4)]["mean_batch"] == 1.0  # one request per model call
     text = (tmp_path / "serve.md").read_text()
-    assert "| concurrency | max_batch_size | requests/s |" in text and "dynamic batching" in text
+    assert "| concurrency | protocol | requests/s | x hand-written |" in text

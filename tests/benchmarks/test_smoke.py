@@ -79,3 +79,23 @@ def test_module_entry_point_lists_the_benchmarks(argv, capsys):
     assert code == (0 if argv == ["--help"] else 2)
     captured = capsys.readouterr()
     assert "overhead" in captured.out + captured.err
+
+
+def test_memory_runs_each_layout_and_the_largest_model_search(tmp_path):
+    from benchmarks import memory
+
+    out = tmp_path / "memory.json"
+    assert memory.main(["--modes", "dp,stage1+recompute", "--hidden", "32", "--layers", "2", "--heads", "2",
+                        "--seq", "8", "--steps", "2", "--find-largest", "--start-layers", "1", "--max-layers", "1",
+                        "--limit-mib", "4000", "--json", str(out), "--markdown", str(tmp_path / "memory.md")]) == 0
+    res = json.loads(out.read_text())
+    assert [r["mode"] for r in res["table"]] == ["dp", "stage1+recompute"]
+    for row in res["table"]:
+        assert len(row["ranks"]) == 2 and all(r["peak_rss_mb"] > r["before_rss_mb"] > 0 for r in row["ranks"])
+    dp, s1 = res["table"]
+    assert dp["ranks"][0]["layout"]["sharding_stage"] == 0 and s1["ranks"][0]["layout"]["sharding_stage"] == 1
+    assert abs(dp["ranks"][0]["loss"] - s1["ranks"][0]["loss"]) < 1e-5  # the same training, laid out otherwise
+    # a generous limit: the one size allowed trains, the search stops at its cap
+    assert [r["layers"] for r in res["largest"]] == [1, 1] and all(r["capped"] for r in res["largest"])
+    text = (tmp_path / "memory.md").read_text()
+    assert "growth / dp" in text and "ratio to dp" in text

@@ -180,7 +180,9 @@ def test_psutil_branch_reports_this_process_cpu_and_resident_memory(tmp_path):
     train(tmp_path, monitor, extra=[WaitForSamples(monitor, n=3)])
     first = train_records(tmp_path)[0]
     rss_now = psutil.Process().memory_info().rss / 2**20
-    assert first["cpu_percent"] > 10  # the first step burned CPU while the thread sampled
+    # the first step burned CPU while the thread sampled: psutil's first reading of a process is 0.0, so a
+    # reader that was not primed reports 0 here; how much above 0 depends on the machine's load, not on us
+    assert first["cpu_percent"] > 0
     assert 50 < first["rss_mb"] <= rss_now * 1.5 and first["rss_mb"] >= rss_now * 0.5
     assert not monitor_threads()
 
@@ -256,15 +258,17 @@ def test_tiny_waits_are_no_stall_whatever_their_share(tmp_path, caplog):
     # in-memory data and a tiny model: the wait is a sizeable share of a sub-millisecond step, but costs nothing.
     # One sample a step waits ~0.1 ms; the floor here is 50 ms a step (the default is 10 ms), so only a run whose
     # waits are stretched 500 times (a loaded machine descheduling the loop inside next()) could reach it. The
-    # batches are built when the step needs them (no read-ahead, which would hide the wait): the wait is real
-    quiet = GPUUtilizationMonitor(interval=0.05, wait_threshold=0.01, min_wait=0.05)
+    # batches are built when the step needs them (no read-ahead, which would hide the wait): the wait is real.
+    # The share threshold is tiny (a loaded machine stretches the compute more than the wait: 0.0067 was seen
+    # under a load of 20), so every window is above it on any machine and only the floor can keep it quiet
+    quiet = GPUUtilizationMonitor(interval=0.05, wait_threshold=1e-4, min_wait=0.05)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         train(tmp_path / "a", quiet, max_steps=20, per_device_train_batch_size=1, dataloader_read_ahead=False)
     shares = [r["data_wait_share"] for r in train_records(tmp_path / "a")]
     assert min(shares) > quiet.wait_threshold  # above the share threshold on every window ...
     assert not quiet.warned and not [r for r in caplog.records if r.name == LOGGER]  # ... and no warning
     # the same run with no floor on the wait per step warns: the floor is what keeps it quiet
-    loud = GPUUtilizationMonitor(interval=0.05, wait_threshold=0.01, min_wait=0.0)
+    loud = GPUUtilizationMonitor(interval=0.05, wait_threshold=1e-4, min_wait=0.0)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         train(tmp_path / "b", loud, max_steps=20, per_device_train_batch_size=1, dataloader_read_ahead=False)
     assert loud.warned and "ms a step" in caplog.text

@@ -172,6 +172,33 @@ def test_two_processes_stop_together_at_the_same_step(tmp_path):
     assert results[0]["message"].startswith("NaNGuard: the gradients of step 4 hold nan or inf")
 
 
+@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("when", ["log", "save"])
+def test_a_nan_loss_with_finite_gradients_stops_every_rank_count_alike(tmp_path, nproc, when):
+    """Issue 32: on 2 processes a nan loss with finite gradients was logged ("loss=nan" at step 10), 14
+    checkpoints were written and the run exited 0; on 1 process it stopped with exit 5."""
+    import json
+
+    from helpers import REPO, launch
+
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    launch(os.path.join(REPO, "tests", "distributed", "workers", "nan_toy.py"), [out, f"loss-{when}"], nproc,
+           str(tmp_path / "logs"))
+    results = []
+    for rank in range(nproc):
+        with open(os.path.join(out, f"nan-rank{rank}.json")) as f:
+            results.append(json.load(f))
+    step, check = (10, "checked at logging step 10") if when == "log" else (8, "checked before saving step 8")
+    for rank, result in enumerate(results):
+        assert result["code"] == 5 and result["step"] == step and result["params_finite"], (rank, result)
+        assert result["message"].startswith("NaNGuard: ") and check in result["message"], (rank, result)
+    assert results[-1]["message"].startswith("NaNGuard: the loss of step 7 is not finite (")  # the rank whose loss
+    if nproc == 2:
+        assert results[0]["message"].startswith("NaNGuard: the loss is not finite on a rank in steps 6-")
+    assert not os.path.isdir(os.path.join(out, "checkpoints", "step-8"))  # never saved
+
+
 def test_with_logging_off_the_kept_steps_are_folded_on_the_device_and_the_save_check_names_the_step(tmp_path):
     from callbacks.nan_guard import KEEP_MAX
 

@@ -5,6 +5,7 @@ migration table covers every PaddleNLP field, and importing the project stays
 free of paddlenlp."""
 
 import dataclasses
+import importlib.util
 import logging
 import os
 import subprocess
@@ -40,14 +41,16 @@ def test_pdargumentparser_parses_our_arguments_with_paddlenlp_flags():
 
 def test_paddlenlp_spellings():
     assert TrainingArguments(bf16=True).amp == "bf16"
-    assert TrainingArguments(report_to=["all"]).report_to == ["tqdm", "jsonl", "visualdl"]
+    installed = [t for t, module in (("tensorboard", "tensorboardX"), ("wandb", "wandb"), ("mlflow", "mlflow"))
+                 if importlib.util.find_spec(module) is not None or (t == "tensorboard" and importlib.util.find_spec("tensorboard"))]
+    assert TrainingArguments(report_to=["all"]).report_to == ["tqdm", "jsonl", "visualdl", *installed]  # as PaddleNLP's all
     assert TrainingArguments(resume_from_checkpoint=False).resume_from_checkpoint is None
     with pytest.raises(ConfigError, match="fp16 and bf16 are both set"):
         TrainingArguments(fp16=True, bf16=True)
     with pytest.raises(ConfigError, match=r"fp16=True but amp='bf16'"):
         TrainingArguments(fp16=True, amp="bf16")
-    with pytest.raises(ConfigError, match="report_to='wandb' is not allowed"):
-        TrainingArguments(report_to=["wandb"])
+    with pytest.raises(ConfigError, match="report_to='comet' is not allowed"):
+        TrainingArguments(report_to=["comet"])
 
 
 def test_print_config_logs_every_field(caplog):
@@ -64,7 +67,7 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
 
     pargs = PaddleNLPArguments(str(tmp_path), learning_rate=0.02, num_train_epochs=2, logging_steps=7,
                                evaluation_strategy="steps", eval_steps=3, fp16=False, recompute=True,
-                               scale_loss=1024, report_to=["visualdl", "wandb"], device="cpu",
+                               scale_loss=1024, report_to=["visualdl", "autonlp"], device="cpu",
                                max_grad_norm=1.0, per_device_train_batch_size=4)
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
@@ -78,7 +81,7 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
     assert len(warnings) == 1 and "recompute" not in warnings[0] and "scale_loss=1024" in warnings[0]
     assert "hybrid_parallel_topo_order" not in warnings[0] and "logging_dir" not in warnings[0]  # PaddleNLP set those
-    assert any("report_to wandb" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
+    assert any("report_to autonlp" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
 
 def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(caplog):
@@ -107,7 +110,7 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
             assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
             assert default(ours_fields[f.name]) == default(f), f.name
             assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
-    assert len(only_theirs) >= 44
+    assert len(only_theirs) >= 44  # the PaddleNLP-only fields (the parallel ones became our own: trainer.parallel)
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
@@ -119,8 +122,8 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     assert (parsed.lazy_data_processing, parsed.logging_dir, parsed.recompute, parsed.device) == (False, "logs", True, "cpu")
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]
     assert len(warnings) == 2, warnings
-    assert all(f"{n}=" in warnings[0] for n in ("lazy_data_processing", "logging_dir"))
-    assert "no_cuda" not in warnings[0] and "recompute" not in warnings[0]  # they have an effect
+    assert "lazy_data_processing=" in warnings[0]
+    assert all(n not in warnings[0] for n in ("no_cuda", "logging_dir", "recompute"))  # they have an effect
     assert "use_expert_parallel=True" in warnings[1] and "lazy_data_processing" not in warnings[1]
 
 
@@ -210,3 +213,31 @@ def test_docstring_examples(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_migration_table_states_every_default_and_type_that_differs():
+    """A field whose default differs is marked "different default" (disable_tqdm once said "same"), the guide's
+    table is the one ``python -m trainer.compat.table`` prints, and it names each of the 12 type differences."""
+    pytest.importorskip("paddlenlp")
+    import typing
+
+    from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
+
+    from trainer.compat.args_convert import FIELDS
+    from trainer.compat.table import markdown, type_name
+
+    def default(f):
+        if f.default is not dataclasses.MISSING:
+            return getattr(f.default, "value", f.default)
+        return "required" if f.default_factory is dataclasses.MISSING else f.default_factory()
+
+    ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}
+    differ = sorted(f.name for f in dataclasses.fields(PaddleNLPArguments) if default(f) != default(ours[f.name]))
+    assert differ == sorted(n for n, (kind, _) in FIELDS.items() if kind == "default"), differ
+    assert len(differ) == 11 and "disable_tqdm" in differ
+    hints_theirs, hints_ours = typing.get_type_hints(PaddleNLPArguments), typing.get_type_hints(TrainingArguments)
+    types = [n for n in hints_theirs if n in ours and type_name(hints_theirs[n]) != type_name(hints_ours[n])]
+    with open(GUIDE, encoding="utf-8") as f:
+        guide = f.read()
+    assert markdown() in guide, "regenerate the table in docs/how-to/migrate-paddlenlp.md: python -m trainer.compat.table"
+    assert len(types) == 12 and all(f"| `{n}` |" in guide for n in types), types

@@ -11,10 +11,12 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+import zlib
 
 import pytest
 
@@ -91,6 +93,25 @@ def test_resnet_images_answer_what_predict_prints(tmp_path):
         assert status == 400 and "item 0: expected a base64 string" in body["error"]
         status, body = post({"texts": ["x"]})
         assert status == 400 and '{"images": [...]}' in body["error"]
+        bomb = base64.b64encode(huge_png(12000, 12000)).decode()  # ~140 KB that decodes to 144 M pixels
+        status, body = post({"images": [encoded[0], bomb]})
+        assert status == 413 and body["error"] == ("images: item 1: 12000x12000 = 144000000 pixels, over the limit of "
+                                                   "40000000 per image (--max_image_pixels): send a smaller image")
+        status, body = post({"images": encoded[:1]})
+        assert status == 200  # the server is unharmed
+
+
+def huge_png(width, height):
+    """A valid grayscale PNG of ``width`` x ``height`` black pixels: small on the wire, huge when decoded."""
+    pack = zlib.compressobj(9)
+    row = bytes(1 + width)
+    data = b"".join(pack.compress(row) for _ in range(height)) + pack.flush()
+
+    def chunk(kind, payload):
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", data) + chunk(b"IEND", b""))
 
 
 def test_ernie_texts_answer_what_predict_prints(tmp_path):

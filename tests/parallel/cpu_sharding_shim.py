@@ -43,7 +43,9 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from paddle.distributed.fleet.meta_parallel.sharding import group_sharded_storage as storage
+    from paddle.distributed.fleet.meta_parallel.sharding import (
+        group_sharded_storage as storage,
+    )
 
     custom_types = paddle.device.get_all_custom_device_type
 

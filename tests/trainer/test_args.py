@@ -44,7 +44,7 @@ def test_defaults_are_the_documented_ones():
     ("evaluation_strategy", "sometimes", "evaluation_strategy='sometimes'"),
     ("save_strategy", "always", "save_strategy='always'"),
     ("device", "tpu", "device='tpu' is not allowed: choose one of auto, cpu, gpu"),
-    ("report_to", ["wandb"], "report_to='wandb' is not allowed"),
+    ("report_to", ["comet"], "report_to='comet' is not allowed"),
     ("dataloader_drop_last", "maybe", "dataloader_drop_last='maybe' is not allowed: dataloader_drop_last must be true or false"),
     ("seed", 1.5, "seed=1.5 is not allowed: seed must be an integer"),
     ("output_dir", " ", "output_dir is empty"),

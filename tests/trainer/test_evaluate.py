@@ -88,3 +88,14 @@ def test_an_override_without_return_outputs_still_sets_eval_loss(tmp_path):
     out = model(paddle.to_tensor(data.x))
     huber = float(paddle.nn.functional.smooth_l1_loss(out, paddle.to_tensor(data.y)))
     assert abs(trainer.evaluate()["eval_loss"] - huber) < 1e-5
+
+
+def test_fit_reports_its_speed_under_the_names_train_uses(tmp_path):
+    """fit()'s state.train_metrics: train_runtime and speeds (PaddleNLP's train() reports the same dict)."""
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, report_to=[],
+                             evaluation_strategy="no", save_strategy="no")
+    trainer = Trainer(make_mlp(), args, train_dataset=ToyDataset(32), loss_fn=paddle.nn.CrossEntropyLoss())
+    m = trainer.fit().train_metrics
+    assert set(m) == {"train_runtime", "train_samples_per_second", "train_steps_per_second"}
+    assert m["train_runtime"] > 0 and m["train_samples_per_second"] > m["train_steps_per_second"] > 0
+    assert "train_metrics" not in trainer.state.state_dict()  # this fit()'s, not saved in checkpoints

@@ -4,14 +4,19 @@
 
     {"job": ..., "run": ..., "token": ..., "multinode": false, "started": ...,
      "pid": ..., "host": ..., "boot": ..., "pidns": ..., "pid_start": ...,
-     "lease": 30.0, "renewed": ..., "beat": 0}
+     "lease": 30.0, "renewed": ..., "beat": 0, "generation": 3}
 
 ``job`` names the job (every process of one job has the same), ``run`` the
 training run (kept when a process of the same job takes the lock over),
 ``token`` the process that holds it; ``pid`` .. ``pid_start`` say who that is
 (:mod:`trainer.checkpoint.owner`), ``lease`` / ``renewed`` / ``beat`` are its
 lease: a heartbeat thread of the holder (never the training thread) rewrites the
-record every third of the lease. The record is written to a temporary file
+record every third of the lease; ``generation`` is the fencing token this claim
+took (:mod:`trainer.checkpoint.fence`: one above the last, kept in
+``output_dir/.ptrain.generation``), checked before every write that publishes
+a file. A heartbeat that wakes later than the lease (the process was paused)
+says so and re-reads the record: still ours, it renews; taken over, every later
+write of this process into output_dir is refused (exit 7). The record is written to a temporary file
 first and then hard-linked (created) or renamed (renewed, taken over) into
 place, so the lock never exists empty or half written and two racers cannot
 both create it; on one host, acquiring, renewing and releasing also hold
@@ -27,8 +32,9 @@ Who holds it:
   (a plain script, or a raw ``python -m paddle.distributed.launch``); other
   ranks never probe it.
 
-A lock whose owner is stale (:func:`trainer.checkpoint.owner.judge`: its lease
-expired, its process is gone, its host restarted) is taken over with a warning.
+A lock whose owner is stale (:func:`trainer.checkpoint.owner.judge`: its process
+is gone, its host restarted; from another namespace or host: its lease expired)
+is taken over with a warning; a live PID in this PID namespace never is.
 An owner this process cannot check (another host, another container) is waited
 for, at most the rest of its lease: renewed meanwhile, it is live and a second
 job is refused; not renewed, it is stale (a restarted container takes its own
@@ -44,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -54,12 +59,14 @@ import uuid
 from typing import Iterator, Optional
 
 from ..errors import ConfigError, option
-from .owner import LIVE, STALE, UNKNOWN, identity, judge, lease_age, lease_seconds, pid_alive, same_namespace, where
+from . import fence
+from .fence import LOCK_NAME
+from .owner import (LIVE, STALE, UNKNOWN, identity, judge, lease_age, lease_seconds, pid_alive, record_lease,
+                    same_namespace, where)
 
 __all__ = ["LOCK_NAME", "JOB_ENV", "OWNER_ENV", "RunLock", "job_key", "pid_alive", "hold_for_command", "holder"]
 
 logger = logging.getLogger("trainer.lock")
-LOCK_NAME = ".ptrain.lock"
 JOB_ENV = "PTRAIN_JOB_ID"          # the job's identity, exported by ptrain to the launcher and its ranks
 OWNER_ENV = "PTRAIN_LOCK_OWNER"    # the holder's token, exported with it: its ranks and restarts share the lock
 UNREADABLE_GRACE_SECONDS = 60.0     # an unreadable lock older than this is taken as left by a crash
@@ -109,6 +116,7 @@ class RunLock:
         self.held = False        # we created (or took over) the lock and must remove it
         self.record: dict = {}   # the lock's record while we hold or share it
         self._heartbeat: Optional[_Heartbeat] = None
+        self._generation: Optional[int] = None  # the generation held in trainer.checkpoint.fence
 
     @property
     def run_id(self) -> str:
@@ -137,6 +145,7 @@ class RunLock:
                 with contextlib.suppress(OSError):
                     os.rmdir(self.output_dir)
             raise
+        self._generation = fence.hold(self.output_dir, self.record)
         if self.held:
             self._heartbeat = _Heartbeat(self)
             self._heartbeat.start()
@@ -153,7 +162,7 @@ class RunLock:
                     continue  # vanished between our link and our read: try again
                 verdict, why = judge(owner) if not owner.get("unreadable") else (UNKNOWN, "")
                 if expired is not None and expired == _beat(owner):
-                    verdict, why = STALE, f"it did not renew its lease of {float(owner['lease']):.0f} s"
+                    verdict, why = STALE, f"it did not renew its lease of {record_lease(owner):.0f} s"
                 if self._settle(owner, verdict, why, take_over_same_job):
                     return
             expired = self._wait_for_lease(owner)
@@ -217,7 +226,7 @@ class RunLock:
         Returns its (token, beat) when the rest of its lease passed without a renewal; refuses when it
         was renewed (the holder lives); None when it changed otherwise (released, taken): decide again.
         """
-        lease = float(owner.get("lease", 0))
+        lease = record_lease(owner)
         rest = min(max(lease - max(lease_age(owner) or 0.0, 0.0), 0.0), lease) + POLL_SECONDS
         logger.warning("output_dir %s is locked by %s, which this process cannot check; %s: waiting up to %.0f s "
                        "for its lease to run out (a restarted container's earlier self) or be renewed (a live run)",
@@ -236,10 +245,10 @@ class RunLock:
                 self._refuse_live(now, f"it renewed its lease {max(lease_age(now) or 0.0, 0.0):.0f} s ago")
         return seen
 
-    def _record(self, run: str) -> dict:
+    def _record(self, run: str, generation: int) -> dict:
         now = time.time()
         return {"job": self.job, "run": run, "token": self.token, "multinode": self.multinode, "started": now,
-                **identity(), "lease": lease_seconds(), "renewed": now, "beat": 0}
+                **identity(), "lease": lease_seconds(), "renewed": now, "beat": 0, "generation": generation}
 
     def _write_temp(self, record: dict) -> str:
         tmp = f"{self.path}.tmp-{self.token}"
@@ -255,7 +264,7 @@ class RunLock:
 
     def _create(self, run: str) -> bool:
         """Link a complete record into place; False when a lock exists."""
-        record = self._record(run)
+        record = self._record(run, fence.next_generation(self.output_dir))
         tmp = self._write_temp(record)
         try:
             os.link(tmp, self.path)  # atomic, fails when the lock exists (also on NFS)
@@ -266,11 +275,12 @@ class RunLock:
         finally:
             _remove(tmp)
         self.record, self.held = record, True
+        fence.commit_generation(self.output_dir, record["generation"])
         return True
 
     def _replace(self, owner: dict, run: str) -> None:
         """Swap the lock ``owner`` holds for ours (under the guard; never leaves no lock in between)."""
-        record = self._record(run)
+        record = self._record(run, fence.next_generation(self.output_dir, owner))
         tmp = self._write_temp(record)
         try:
             if self._read() != owner:
@@ -281,6 +291,7 @@ class RunLock:
         finally:
             _remove(tmp)
         self.record, self.held = record, True
+        fence.commit_generation(self.output_dir, record["generation"])
 
     def _read(self) -> Optional[dict]:
         """The lock's record; None when there is no lock."""
@@ -308,6 +319,10 @@ class RunLock:
         with self._guard():
             owner = self._read()
             if owner is None or owner.get("token") != self.token:
+                if owner is not None:
+                    fence.mark_lost(self.output_dir, fence.lost_line(
+                        self.output_dir, int(self.record.get("generation") or 0), owner,
+                        int(owner.get("generation") or 0)))
                 return False
             record = dict(self.record, renewed=time.time(), beat=int(self.record.get("beat", 0)) + 1)
             tmp = self._write_temp(record)
@@ -325,6 +340,8 @@ class RunLock:
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
+        fence.drop(self.output_dir, self._generation)
+        self._generation = None
         if not self.held:
             return
         self.held = False
@@ -339,39 +356,9 @@ class RunLock:
         except (OSError, ConfigError) as exc:
             logger.warning("could not release the lock %s: %s", self.path, exc)
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """``flock`` on output_dir: racers on this host take turns (best effort where flock is unsupported)."""
-        try:
-            fd = os.open(self.output_dir, os.O_RDONLY)
-        except OSError:
-            yield
-            return
-        _GUARD_FDS.add(fd)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                pass  # e.g. some network filesystems: the link-based creation is still atomic
-            yield
-        finally:
-            _GUARD_FDS.discard(fd)
-            os.close(fd)  # closing releases the flock
-
-
-# A process forked while the heartbeat thread holds the guard (a DataLoader worker) would keep a copy of the
-# flock'd descriptor, and so the flock, for its whole life: the child closes its copies at once.
-_GUARD_FDS: set = set()
-
-
-def _close_guards_in_child() -> None:
-    for fd in list(_GUARD_FDS):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _GUARD_FDS.clear()
-
-
-os.register_at_fork(after_in_child=_close_guards_in_child)
+    def _guard(self):
+        """``flock`` on output_dir (:func:`trainer.checkpoint.fence.guard`): racers on this host take turns."""
+        return fence.guard(self.output_dir)
 
 
 class _Heartbeat(threading.Thread):
@@ -384,11 +371,17 @@ class _Heartbeat(threading.Thread):
         self._warned = False
 
     def run(self) -> None:
-        period = float(self.lock.record.get("lease", lease_seconds())) / 3.0
-        while not self._halt.wait(period):
+        lease = record_lease(self.lock.record)
+        renewed = _uptime()
+        while not self._halt.wait(lease / 3.0):
+            late = _uptime() - renewed
+            if late > lease:  # paused (SIGSTOP, a suspended VM) past the lease: others may have taken it over
+                logger.warning("the lease of %s was not renewed for %.0f s (more than its %.0f s; was this process "
+                               "paused?): checking that the lock is still ours", self.lock.output_dir, late, lease)
             try:
                 if not self.lock.renew():
                     return
+                renewed = _uptime()
                 self._warned = False
             except (OSError, ConfigError) as exc:  # e.g. a full disk: say so once, keep trying
                 if not self._warned:
@@ -402,6 +395,11 @@ class _Heartbeat(threading.Thread):
             self.join(timeout=5)
 
 
+def _uptime() -> float:
+    """A clock no wall-clock step moves, which also counts a suspended machine's sleep (CLOCK_BOOTTIME)."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
+
 def _checkable(record: dict) -> bool:
     """Whether this process can check the record's PID (an old record without a namespace: same host)."""
     return same_namespace(record) if record.get("pidns") else record.get("host") == identity()["host"]
@@ -413,12 +411,8 @@ def _beat(record: dict) -> tuple:
 
 def holder(output_dir: str) -> Optional[dict]:
     """The record of the live (lease not expired) holder of ``output_dir``'s lock, else None."""
-    try:
-        with open(os.path.join(output_dir, LOCK_NAME), encoding="utf-8") as f:
-            record = json.loads(f.read(65536))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or judge(record)[0] == STALE:
+    record = fence.read_record(output_dir)
+    if record is None or judge(record)[0] == STALE:
         return None
     return record
 

@@ -7,9 +7,13 @@ A run claims its output_dir before any work (:func:`claim`): the run lock
   another run's checkpoints is refused with one line, unless
   ``overwrite_output_dir``: then ``checkpoints/`` is first renamed to
   ``.checkpoints-overwritten-<id>`` (one atomic step: from then on no old
-  checkpoint can be resumed or rotated), then deleted, and the old
-  ``results.json`` is deleted; a kill during the delete leaves only the hidden
-  directory, which the next claim removes;
+  checkpoint can be resumed or rotated), then deleted; a kill during the delete
+  leaves only the hidden directory, which the next claim removes;
+- ``results.json`` (the summary ``ptrain run`` writes when a run completes) is
+  removed once a claim is accepted, fresh or resumed (a refused command leaves
+  it): it describes a finished run, and this one has not finished; it is
+  written again only when this run completes (a run stopped by a signal or an
+  error leaves none);
 - each run has a run id (``state.run_id``), recorded in every checkpoint's
   manifest; a resumed run continues the run id of the checkpoint it resumed,
   so rotation and ``auto`` only ever see the current run's checkpoints.
@@ -27,6 +31,7 @@ import shutil
 from typing import Iterator, Optional
 
 from ..errors import ConfigError, option
+from . import fence
 from .lock import RunLock, hold_for_command, job_key
 from .manifest import checkpoint_run_id, checkpoints_dir
 from .store import list_checkpoints
@@ -34,6 +39,7 @@ from .writer import remove_stale_temporaries
 
 logger = logging.getLogger("trainer.output_dir")
 OVERWRITTEN = ".checkpoints-overwritten-"
+RESULTS_FILE = "results.json"   # written by ptrain run when a run completes
 
 
 class Claim:
@@ -66,30 +72,30 @@ def claim(args, is_main_process: bool, resume: Optional[str], continuing: str = 
 
 
 def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: bool) -> None:
-    """Refuse (or, with ``overwrite``, clear) another run's checkpoints before a fresh run starts."""
+    """Refuse (or, with ``overwrite``, clear) another run's checkpoints before a fresh run starts; then remove
+    the results.json of a finished run (this one has not finished)."""
     root = checkpoints_dir(output_dir)
     _remove_overwritten(output_dir)
     remove_stale_temporaries(root)
-    if resume:
-        return  # resuming continues the run it resumes (auto: the run `latest` names)
-    others = [p for p in list_checkpoints(output_dir) if checkpoint_run_id(p) != run_id]
-    if not others:
-        return
-    if not overwrite:
+    others = [] if resume else [p for p in list_checkpoints(output_dir) if checkpoint_run_id(p) != run_id]
+    if others and not overwrite:  # (resuming continues the run it resumes; auto: the run `latest` names)
         newest = os.path.basename(others[0])
         raise ConfigError(f"output_dir {output_dir} holds checkpoints of an earlier run (newest {newest}): continue "
                           f"it with {option('resume_from_checkpoint', 'auto')}, start afresh with "
                           f"{option('overwrite_output_dir', True)}, or use another {option('output_dir')}")
-    aside = os.path.join(output_dir, OVERWRITTEN + (run_id or str(os.getpid())))
-    try:
-        os.rename(root, aside)
-    except OSError as exc:
-        raise ConfigError(f"overwrite_output_dir: cannot move {root} aside ({exc.strerror}): fix its permissions "
-                          f"or use another {option('output_dir')}") from None
-    logger.warning("overwrite_output_dir: removing %d checkpoint(s) of an earlier run from %s", len(others), output_dir)
-    shutil.rmtree(aside, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(output_dir, "results.json"))
+    if others:
+        aside = os.path.join(output_dir, OVERWRITTEN + (run_id or str(os.getpid())))
+        try:
+            with fence.fenced(output_dir):
+                os.rename(root, aside)
+        except OSError as exc:
+            raise ConfigError(f"overwrite_output_dir: cannot move {root} aside ({exc.strerror}): fix its permissions "
+                              f"or use another {option('output_dir')}") from None
+        logger.warning("overwrite_output_dir: removing %d checkpoint(s) of an earlier run from %s", len(others),
+                       output_dir)
+        shutil.rmtree(aside, ignore_errors=True)
+    with fence.fenced(output_dir), contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(output_dir, RESULTS_FILE))  # a finished run's summary: this run has not finished
 
 
 def _remove_overwritten(output_dir: str) -> None:

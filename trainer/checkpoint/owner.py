@@ -12,13 +12,21 @@ container) may have any PID here. So an owner is recorded as::
 since boot, field 22 of ``/proc/PID/stat``, which tells a reused PID from the
 original). A record is judged by :func:`judge`:
 
-- its lease (``renewed`` + ``lease`` seconds, renewed by the owner's heartbeat)
-  has expired: stale, whoever reads it;
 - same host, another boot: stale (the host restarted since);
 - the reader shares the owner's host, boot and PID namespace: live exactly when
-  that PID exists and started when the record says;
-- anywhere else: unknown until the lease either is renewed (live) or runs out
-  (stale); the reader waits at most one lease.
+  that PID exists (not a zombie) and started when the record says, whatever
+  the clocks say about its lease (a paused owner, a clock stepped ahead: the
+  start time comes from ``/proc``, not from a wall clock);
+- anywhere else: its lease (``renewed`` + ``lease`` seconds, renewed by the
+  owner's heartbeat) expired: stale; else unknown until the lease either is
+  renewed (live) or runs out (stale); the reader waits at most one lease. An
+  owner taken over this way while it lives (paused past its lease) is fenced
+  out: :mod:`trainer.checkpoint.fence`.
+
+``PTRAIN_LOCK_LEASE_SECONDS`` must be a finite number of seconds from
+``MIN_LEASE_SECONDS`` to ``MAX_LEASE_SECONDS``; a record's lease outside that
+range (written by an older version: ``Infinity``, ``NaN``) is read as the
+default.
 
 Records without a lease (written by older versions) keep the old rule: a PID on
 this host is checked, a PID of another host is taken as live.
@@ -26,6 +34,7 @@ this host is checked, a PID of another host is taken as live.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -36,18 +45,33 @@ from ..errors import ConfigError
 LEASE_ENV = "PTRAIN_LOCK_LEASE_SECONDS"   # the lease an owner takes (its heartbeat renews it every third of it)
 DEFAULT_LEASE_SECONDS = 30.0
 MIN_LEASE_SECONDS = 1.0
+MAX_LEASE_SECONDS = 86400.0   # a day: a longer lease would keep a dead container's output_dir locked for days
 
 LIVE, STALE, UNKNOWN = "live", "stale", "unknown"
 
 
 def lease_seconds() -> float:
-    """The lease of a new owner record: ``PTRAIN_LOCK_LEASE_SECONDS`` (default 30 s, at least 1 s)."""
+    """The lease of a new owner record: ``PTRAIN_LOCK_LEASE_SECONDS`` (default 30 s; 1 s to a day)."""
     raw = os.environ.get(LEASE_ENV, "")
     try:
         value = float(raw) if raw.strip() else DEFAULT_LEASE_SECONDS
     except ValueError:
         raise ConfigError(f"{LEASE_ENV}={raw!r} is not a number of seconds: unset it or give e.g. 30") from None
-    return max(value, MIN_LEASE_SECONDS)
+    if not math.isfinite(value) or not MIN_LEASE_SECONDS <= value <= MAX_LEASE_SECONDS:
+        raise ConfigError(f"{LEASE_ENV}={raw!r} is not a lease from {MIN_LEASE_SECONDS:g} to {MAX_LEASE_SECONDS:g} "
+                          "seconds: unset it (30 s) or give e.g. 30")
+    return value
+
+
+def record_lease(record: dict) -> float:
+    """The lease ``record`` holds, in seconds; one that is missing, not finite or out of range: the default."""
+    try:
+        value = float(record.get("lease", DEFAULT_LEASE_SECONDS))
+    except (TypeError, ValueError):
+        return DEFAULT_LEASE_SECONDS
+    if not math.isfinite(value) or not MIN_LEASE_SECONDS <= value <= MAX_LEASE_SECONDS:
+        return DEFAULT_LEASE_SECONDS
+    return value
 
 
 def _read(path: str) -> str:
@@ -83,7 +107,7 @@ def pid_start(pid: int) -> Optional[int]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists in this process's PID namespace."""
+    """Whether process ``pid`` exists in this process's PID namespace (a zombie does not: it has ended)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -92,7 +116,8 @@ def pid_alive(pid: int) -> bool:
         return True
     except (OverflowError, ValueError):
         return False
-    return True
+    stat = _read(f"/proc/{pid}/stat")
+    return not (")" in stat and stat.rsplit(")", 1)[1].split()[:1] == ["Z"])
 
 
 def identity() -> dict:
@@ -129,11 +154,6 @@ def lease_age(record: dict, now: Optional[float] = None) -> Optional[float]:
 
 def judge(record: dict) -> Tuple[str, str]:
     """(LIVE, STALE or UNKNOWN, why) for the owner named by ``record``, as seen by this process."""
-    age = lease_age(record)
-    if age is not None:
-        lease = float(record.get("lease", DEFAULT_LEASE_SECONDS))
-        if age > lease:
-            return STALE, f"its lease of {lease:.0f} s expired {age - lease:.0f} s ago"
     me = identity()
     if record.get("host") == me["host"] and record.get("boot") and me["boot"] and record.get("boot") != me["boot"]:
         return STALE, "the host has restarted since"
@@ -141,14 +161,18 @@ def judge(record: dict) -> Tuple[str, str]:
         pid = int(record.get("pid", -1))
     except (TypeError, ValueError):
         return STALE, "its record names no process"
-    if same_namespace(record):
+    if same_namespace(record):  # the PID decides, never a wall clock (a paused owner, a clock stepped ahead)
         if not pid_alive(pid):
             return STALE, f"process {pid} is gone"
         started = record.get("pid_start")
         if started is not None and pid_start(pid) not in (None, started):
             return STALE, f"process {pid} is gone (the PID now belongs to another process)"
         return LIVE, f"process {pid} is alive"
+    age = lease_age(record)
     if age is not None:
+        lease = record_lease(record)
+        if age > lease:
+            return STALE, f"its lease of {lease:.0f} s expired {age - lease:.0f} s ago"
         return UNKNOWN, f"its lease was renewed {max(age, 0):.0f} s ago"
     if record.get("host") == me["host"]:  # an old record: a PID of this host, checked as before
         return (LIVE, f"process {pid} is alive") if pid_alive(pid) else (STALE, f"process {pid} is gone")

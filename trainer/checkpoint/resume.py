@@ -16,7 +16,9 @@ anything is built, :func:`prepare_resume` reads the checkpoint's arguments
   of processes the per-device batch may change only together with the
   accumulation that keeps the global batch; on another number of processes
   the accumulation is set for you (:func:`plan_world_size`);
-- the training dataset must have the same number of samples;
+- the training dataset must have the same number of samples, and the same
+  fingerprint when it gives one (:mod:`trainer.checkpoint.fingerprint`: an
+  ImageFolder's files and sizes), unless ``resume_allow_data_change``;
 - every other field (seed, data_seed, optim, learning_rate, the schedule, amp,
   ...) must be equal;
 - what else defines the run (``Trainer.run_identity``: for ``ptrain run``, the
@@ -42,8 +44,9 @@ import os
 from typing import Optional
 
 from .. import distributed as dist
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, option
 from . import RESUME_ENV
+from .fingerprint import data_changes, data_fingerprint
 from .manifest import VerifiedCheckpoint, check_meta
 from .store import list_checkpoints, resolve_read
 
@@ -51,7 +54,7 @@ logger = logging.getLogger("trainer.resume")
 
 #: Fields that may differ between the interrupted run and the resumed one: the one list (docs/how-to/resume.md).
 MAY_CHANGE = frozenset({
-    "output_dir", "resume_from_checkpoint",
+    "output_dir", "resume_from_checkpoint", "resume_allow_data_change",
     "logging_steps", "report_to", "disable_tqdm",
     "evaluation_strategy", "eval_steps", "per_device_eval_batch_size",
     "save_strategy", "save_steps", "save_total_limit", "save_async", "save_on_preemption",
@@ -60,6 +63,8 @@ MAY_CHANGE = frozenset({
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
     "do_train", "do_eval", "do_predict", "do_export",
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
+    "auto_find_batch_size", "eval_accumulation_steps", "skip_memory_metrics",  # how, not what, is trained
+    "logging_dir", "run_name", "wandb_api_key",  # where and how the trackers write (callbacks.tracking)
     # the layout: a checkpoint reshards onto any of them (trainer.checkpoint.shards); recompute gives equal gradients
     "sharding", "sharding_parallel_degree", "sharding_parallel_config", "recompute", "recompute_modules",
 })
@@ -89,8 +94,29 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     trainer.accumulation_adapted = int(meta["world_size"]) != trainer.world_size or bool(meta.get("accumulation_adapted"))
     check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
     check_resume(trainer.args, meta, n, trainer.world_size, path)
+    check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change)
     _warn_uneven_epoch(meta, n, trainer.world_size)
     return ckpt
+
+
+def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: bool = False) -> None:
+    """Refuse (ConfigError, one line) a training dataset whose fingerprint differs from the checkpoint's
+    (:mod:`trainer.checkpoint.fingerprint`), unless ``allow_change`` (then a warning says what changed)."""
+    old = meta.get("data_fingerprint")
+    if not old:
+        return  # a checkpoint of a dataset without the hook (its length was compared), or of an older version
+    new = data_fingerprint(dataset) or {}
+    what = data_changes(old, new)
+    if what is None:
+        return
+    if allow_change:
+        if dist.is_main_process():
+            logger.warning("resume: the training data changed since checkpoint %s (%s); resuming anyway, as %s asks",
+                           path, what, option("resume_allow_data_change", True))
+        return
+    raise ConfigError(f"resume: the training data changed since checkpoint {path} ({what}): the samples of every "
+                      f"later step would not be the interrupted run's; resume with the data it had, resume anyway on "
+                      f"purpose with {option('resume_allow_data_change', True)}, {_FRESH}")
 
 
 def _warn_uneven_epoch(meta: dict, n: Optional[int], world_size: int) -> None:

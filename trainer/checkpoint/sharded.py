@@ -13,7 +13,8 @@ format 1). A sharded one (format 2, ``trainer.checkpoint.shards``):
    collective, because an asynchronous save (``save_async``) runs in each rank's writer thread, where a
    collective would race the training step's own collectives;
 3. rank 0 checks every shard against its record, writes ``trainer.json`` and the manifest (last), renames the
-   directory into place and only then moves ``latest``. A rank that failed, or that does not report within
+   directory into place and only then moves ``latest`` (both under the output_dir's fence, as for one writer:
+   a run that lost its output_dir writes nothing). A rank that failed, or that does not report within
    :data:`WAIT_S`, is named in the error; the previous checkpoints and ``latest`` stay as they were.
 """
 
@@ -32,7 +33,8 @@ from ..errors import TrainingError
 from .manifest import MANIFEST, sha256_file
 from .shards import SHARDED_FORMAT_VERSION
 from .store import note_verified, write_run_id
-from .writer import _fsync_file, _publish_latest, _write_json, move_into_place, save_failed, save_tensors
+from . import fence
+from .writer import _fsync_file, _publish_latest, _write_json, move_into_place, owner_dir_of, save_failed, save_tensors
 from .writer import write_snapshot
 
 #: How long rank 0 waits for the other ranks' shards (seconds) before it gives the save up.
@@ -43,17 +45,19 @@ def write(snap: dict, final: str, publish_root: Optional[str]) -> str:
     """Write this rank's part of the checkpoint ``final``; on rank 0, complete it and move ``latest``."""
     if "shard" not in snap:
         return write_snapshot(snap, final, publish_root)
+    owner_dir = owner_dir_of(final)
     try:
-        return _write_sharded(snap, final, publish_root)
+        fence.check(owner_dir)  # a run that lost its output_dir writes nothing, not even its shard
+        return _write_sharded(snap, final, publish_root, owner_dir)
     except OSError as exc:
-        raise save_failed(exc, final) from exc
+        raise save_failed(exc, final, owner_dir) from exc
 
 
 def temporary_dir(final: str, writer_pid: int) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(final)), f".tmp-{os.path.basename(final)}-{writer_pid}")
 
 
-def _write_sharded(snap: dict, final: str, publish_root: Optional[str]) -> str:
+def _write_sharded(snap: dict, final: str, publish_root: Optional[str], owner_dir: str) -> str:
     info = snap["shard"]
     rank, tmp = info["rank"], temporary_dir(final, info["writer_pid"])
     os.makedirs(tmp, exist_ok=True)
@@ -94,7 +98,7 @@ def _write_sharded(snap: dict, final: str, publish_root: Optional[str]) -> str:
             "run_id": snap.get("run_id", ""), "versions": {"paddle": paddle.__version__, "format": SHARDED_FORMAT_VERSION},
             "layout": snap["meta"].get("layout", {}), "files": files, "tensors": snap["index"]})
         _fsync_file(os.path.join(tmp, MANIFEST))
-        move_into_place(tmp, final)
+        move_into_place(tmp, final, owner_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,6 +20,7 @@ import paddle
 
 from .. import distributed as dist
 from ..tensors import to_numpy
+from .fingerprint import data_fingerprint
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 from .shards import digest, holdings, plan, shard_file, written_by
@@ -153,6 +154,7 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
         "loss_window": loss_window,
         "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
+        "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
     }
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Tuple
 
 from .. import ranks
 from ..errors import ConfigError, DataError
+from . import fence
 from .manifest import (LATEST, MANIFEST, UnsupportedFormat, VerifiedCheckpoint, checkpoint_run_id, checkpoints_dir,
                        read_verified, verify)
 
@@ -162,7 +163,8 @@ def set_aside(path: str, why: str) -> Optional[str]:
         n += 1
         target = f"{path}{DAMAGED}-{n}"
     try:
-        os.rename(path, target)
+        with fence.fenced(os.path.dirname(os.path.dirname(os.path.abspath(path)))):
+            os.rename(path, target)
     except OSError as exc:
         logger.warning("resume auto: %s is damaged (%s) and cannot be set aside (%s)", path, why, exc.strerror)
         return None
@@ -185,7 +187,8 @@ def _replace_line(root: str, name: str, line: str) -> None:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(root, name))
+        with fence.fenced(os.path.dirname(os.path.abspath(root))):  # only while output_dir is still this run's
+            os.replace(tmp, os.path.join(root, name))
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)

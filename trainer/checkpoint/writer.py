@@ -4,7 +4,9 @@
 background thread or inline: it writes into ``.tmp-step-<N>-<pid>``, fsyncs
 every file, writes the manifest last, renames the directory into place, and
 only then records the run (``run_id``) and moves the ``latest`` pointer (each
-written to a temporary file and ``os.replace``-d). A failed or killed save leaves the previous checkpoints and
+written to a temporary file and ``os.replace``-d). A process that lost its output_dir (a lease taken
+over: :mod:`trainer.checkpoint.fence`) writes nothing: the generation is checked before the first file
+and again, under the guard, at each rename and pointer move. A failed or killed save leaves the previous checkpoints and
 ``latest`` untouched; its temporary directory is removed by the next save.
 """
 
@@ -23,7 +25,8 @@ from typing import Optional
 import paddle
 from safetensors.numpy import save_file as np_save_file
 
-from ..errors import TrainingError, option
+from ..errors import TrainerError, TrainingError, option
+from . import fence
 from .lock import holder
 from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
@@ -87,7 +90,7 @@ class CheckpointWriter:
     def raise_if_failed(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
-            if isinstance(error, TrainingError):  # already names the checkpoint and the file
+            if isinstance(error, TrainerError):  # already names the checkpoint and the file (or the new owner)
                 raise error
             raise TrainingError(f"saving a checkpoint failed: {type(error).__name__}: {error}") from error
 
@@ -98,19 +101,28 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
 
     An OSError becomes a TrainingError naming the file (a full disk, a read-only directory).
     """
+    owner_dir = owner_dir_of(final)
     try:
-        _write_checkpoint(snap, final)
+        fence.check(owner_dir)  # a run that lost its output_dir writes nothing, not even a temporary
+        _write_checkpoint(snap, final, owner_dir)
         note_verified(final)  # every file was just hashed from what was written: rotation need not re-read it
         if publish_root is not None:
             write_run_id(publish_root, snap.get("run_id", ""))  # the run these checkpoints belong to
             _publish_latest(publish_root, os.path.basename(final))
     except OSError as exc:
-        raise save_failed(exc, final) from exc
+        raise save_failed(exc, final, owner_dir) from exc
     return final
 
 
-def save_failed(exc: OSError, final: str) -> TrainingError:
-    """The one line for an OSError while saving ``final``: the file, why, and that the previous checkpoints are kept."""
+def owner_dir_of(final: str) -> str:
+    """The output_dir a checkpoint ``final`` (``OUTPUT_DIR/checkpoints/step-N``) belongs to: what the fence guards."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(final)))
+
+
+def save_failed(exc: OSError, final: str, owner_dir: str) -> TrainingError:
+    """The one line for an OSError while saving ``final``: the file, why, and that the previous checkpoints are kept
+    (an output_dir taken over mid-save raises that instead: :func:`fence.check`)."""
+    fence.check(owner_dir)  # taken over mid-save (an overwrite moved checkpoints/ away): say that instead
     where = exc.filename or final
     why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
     return TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
@@ -130,7 +142,7 @@ def save_tensors(arrays: dict, target: str) -> None:
         raise OSError(code, os.strerror(code), target) from exc
 
 
-def _write_checkpoint(snap: dict, final: str) -> None:
+def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
     parent = os.path.dirname(os.path.abspath(final))
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".tmp-{os.path.basename(final)}-{os.getpid()}")
@@ -149,23 +161,25 @@ def _write_checkpoint(snap: dict, final: str) -> None:
             "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
         _fsync_file(os.path.join(tmp, MANIFEST))
-        move_into_place(tmp, final)
+        move_into_place(tmp, final, owner_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def move_into_place(tmp: str, final: str) -> None:
-    """Rename the complete temporary directory ``tmp`` (its manifest written last) to ``final``, durably."""
+def move_into_place(tmp: str, final: str, owner_dir: str) -> None:
+    """Rename the complete temporary directory ``tmp`` (its manifest written last) to ``final``, durably, under the
+    fence: only while ``owner_dir`` is still this run's."""
     parent = os.path.dirname(os.path.abspath(final))
     _fsync_dir(tmp)
-    if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
-        old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
-        os.rename(final, old)
+    old = None
+    with fence.fenced(owner_dir):  # still this run's output_dir, and no takeover until renamed
+        if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
+            old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
+            os.rename(final, old)
         os.rename(tmp, final)
+    if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
     _fsync_dir(parent)
 
 

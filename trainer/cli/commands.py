@@ -10,6 +10,7 @@ from typing import List, Optional
 from ..errors import ConfigError, DataError, TrainerError, cli_terms
 from ..launch.flags import check_launch_flags, wants_launch
 from ..launch.restarts import launch_with_restarts
+from ..launch.slurm import requeue_if_preempted
 from ..process import install_startup_handlers, record_failure
 from .parser import build_parser
 from .run import resolve_run, run_here, run_target
@@ -27,7 +28,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     debug = getattr(ns, "debug", False)
     try:
         with cli_terms():  # errors advise flags, not Python keywords
-            return _dispatch(ns, extra, argv)
+            code = _dispatch(ns, extra, argv)
+        if ns.command in ("run", "launch"):
+            requeue_if_preempted(code)  # 138 inside a Slurm job: scontrol requeue it (trainer.launch.slurm)
+        return code
     except TrainerError as exc:
         if debug:
             raise

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import List, Optional
 
 from ..args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_overrides
 from ..errors import ConfigError
 from ..launch.flags import LAUNCH_FLAGS, drop_flags
 from .tasks import get_task
+from callbacks.tracking import log_file
 
 
 def run_target(argv: List[str]) -> List[str]:
@@ -86,23 +86,31 @@ def run_here(task, options, args, dry_run: bool) -> int:
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
         return 0
-    start = time.time()
     state = trainer.fit()
     if state.status == "preempted":
         if dist.is_main_process():
             print(preempted_line(args, state), file=sys.stderr)
         return state.exit_code
     results = {"task": run.info.get("task", task.name), "status": state.status, "global_step": state.global_step,
-               "train_seconds": round(time.time() - start, 2), **run.info}
+               **state.train_metrics, **run.info}
     if run.eval_dataset is not None:  # the final step already evaluated unless the strategy is 'no'
         final = trainer.state.metrics if args.evaluation_strategy != "no" and trainer.state.metrics else None
         results.update(final or trainer.evaluate())
     if run.test_dataset is not None:
         results.update(trainer.predict(run.test_dataset).metrics)
+    if not args.skip_memory_metrics:  # every rank's peaks, in rank order (a collective: before the rank-0 write)
+        from ..memory_stats import peak_memory_per_rank
+        results["peak_memory_per_rank"] = peak_memory_per_rank()
     if dist.is_main_process():
-        path = os.path.join(args.output_dir, "results.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
+        from ..checkpoint import fence
+        from ..checkpoint.output_dir import RESULTS_FILE
+
+        path = os.path.join(args.output_dir, RESULTS_FILE)
+        with fence.fenced(args.output_dir):  # only while output_dir is still this run's (lease not taken over)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=1, sort_keys=True)
+            os.replace(path + ".tmp", path)
+        log_file(trainer, path)  # into the trackers' runs (report_to tensorboard, wandb, mlflow)
         shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
         print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
         extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""

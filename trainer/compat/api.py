@@ -26,10 +26,11 @@ import datetime
 import json
 import logging
 import os
-import time
 from typing import Optional
 
 from callbacks.base import Callback
+
+from ..checkpoint import fence
 
 logger = logging.getLogger("trainer")
 
@@ -93,19 +94,18 @@ class PaddleNLPAPI:
             resume_from_checkpoint = None
         tracker = _LossTotal()
         self.callbacks.add(tracker)
-        start, step0, samples0 = time.time(), self.state.global_step, self.state.samples_seen
         self._in_train_api = True
         try:
             self.fit(resume_from_checkpoint=resume_from_checkpoint)
         finally:
             self._in_train_api = False
             self.callbacks.remove(tracker)
-        runtime = max(time.time() - start, 1e-9)
-        loss = float(tracker.total) / tracker.steps if tracker.steps else float("nan")  # one host sync, at the end
-        metrics = {"train_runtime": round(runtime, 4),
-                   "train_samples_per_second": round((self.state.samples_seen - samples0) / runtime, 4),
-                   "train_steps_per_second": round((self.state.global_step - step0) / runtime, 4),
-                   "train_loss": loss}
+        from .. import distributed as dist
+
+        # the mean over ranks, as PaddleNLP's (its logged losses are all-gathered means): one sync, at the end
+        total = dist.reduce_scalars([float(tracker.total) if tracker.steps else 0.0])[0]
+        loss = total / tracker.steps if tracker.steps else float("nan")
+        metrics = {**self.state.train_metrics, "train_loss": loss}  # fit()'s names and values (trainer.state)
         s = self.state
         epoch = round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4)
         metrics["progress_or_epoch"] = epoch  # PaddleNLP's log() adds it to the metrics it is given
@@ -127,6 +127,7 @@ class PaddleNLPAPI:
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
         if self.is_main_process:
+            fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
             if hasattr(self.model, "save_pretrained"):
                 self.model.save_pretrained(output_dir)
@@ -218,4 +219,5 @@ def _write_json(path: str, value) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=4, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    with fence.fenced(os.path.dirname(os.path.abspath(path))):  # only while output_dir is still this run's
+        os.replace(tmp, path)

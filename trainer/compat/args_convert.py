@@ -34,6 +34,10 @@ logger = logging.getLogger("trainer")
 
 from .fields_table import FIELDS  # noqa: E402  (re-exported: the table lives with the data)
 
+# fields PaddleNLP's schedule reads from the paddlenlp arguments themselves (trainer.compat.paddlenlp_recipe):
+# they act on a converted run, so they are neither carried to ours nor warned about
+RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
+
 # the PaddleNLP name -> ours, for renamed fields carried by value
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
@@ -53,7 +57,9 @@ def convert_args(pargs: Any):
         kind = FIELDS.get(name, ("unsupported", "not a PaddleNLP TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
-        if kind in ("same", "default", "renamed") and name in ours:
+        if name in RECIPE_FIELDS:
+            continue  # read from the paddlenlp arguments by PaddleNLP's recipe (trainer.compat.paddlenlp_recipe)
+        if kind in ("same", "default", "renamed") and name in ours and name != "logging_dir":
             values[name] = _plain(value)
         elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
             if _is_set(f, value, reference):
@@ -64,11 +70,12 @@ def convert_args(pargs: Any):
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
     report_to = values.get("report_to")
     if report_to is not None:
-        from ..args import REPORTERS
+        from ..args import REPORTERS, TRACKERS
 
+        known = REPORTERS + TRACKERS + ("none", "all")
         report_to = [report_to] if isinstance(report_to, str) else list(report_to)
-        dropped += [f"report_to:{r}" for r in report_to if r not in REPORTERS + ("none", "all")]
-        values["report_to"] = [r for r in report_to if r in REPORTERS + ("none", "all")] or ["none"]
+        dropped += [f"report_to:{r}" for r in report_to if r not in known]
+        values["report_to"] = [r for r in report_to if r in known] or ["none"]
     if values.get("eval_steps") is None:
         values["eval_steps"] = values.get("logging_steps", 0)  # PaddleNLP's rule for an unset eval_steps
     if values.get("report_to") is None:

@@ -13,6 +13,8 @@ TrainingArguments or a subclass)   (``trainer.compat.args_convert``)
                                    without a collator, batches are padded with
                                    paddlenlp's ``DataCollatorWithPadding``)
 ``preprocess_logits_for_metrics``  ``trainer.preprocess_predictions``
+PaddleNLP's data order, decay       ``trainer.recipe``: PaddleNLP's
+rule, schedule, clipping, logs      (``trainer.compat.paddlenlp_recipe``)
 PaddleNLP ``TrainerCallback``      one ``PaddleNLPCallbacks`` adapter
 ``paddle.callbacks.Callback``      one ``HapiCallbacks`` adapter
 =================================  ==============================================
@@ -42,6 +44,7 @@ class Translated:
     tokenizer: Any = None
     preprocess_predictions: Optional[Callable] = None
     paddlenlp_args: Any = None
+    recipe: Any = None  # trainer.recipe.Recipe, or PaddleNLP's for a PaddleNLP TrainingArguments
 
 
 def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler, extra: dict) -> Translated:
@@ -72,9 +75,16 @@ def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler
                               f"got {type(args).__name__}")
         from .args_convert import convert_args
 
+        from .paddlenlp_recipe import PaddleNLPRecipe
+
         out.paddlenlp_args = args
         out.args = convert_args(args)
+        out.recipe = PaddleNLPRecipe(args)  # PaddleNLP's arguments, PaddleNLP's numbers (trainer.compat.paddlenlp_recipe)
     out.callbacks = adapt_callbacks(list(callbacks or []), existing=())
+    if out.recipe is None:
+        from ..recipe import Recipe
+
+        out.recipe = Recipe()
     return out
 
 

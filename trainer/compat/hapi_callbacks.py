@@ -219,8 +219,9 @@ class HapiCallbacks(ForeignCallbacks):
 
     @staticmethod
     def _eval_steps(trainer) -> int:
+        sets = trainer.eval_dataset.values() if isinstance(trainer.eval_dataset, dict) else [trainer.eval_dataset]
         try:
-            n = len(trainer.eval_dataset)
+            sizes = [len(s) for s in sets]
         except TypeError:
             return 0
-        return math.ceil(math.ceil(n / trainer.world_size) / trainer.args.per_device_eval_batch_size)
+        return sum(math.ceil(math.ceil(n / trainer.world_size) / trainer.args.per_device_eval_batch_size) for n in sizes)

@@ -13,7 +13,9 @@ environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
 ``unified_checkpoint_config`` (``async_save``: ``save_async``), and
 ``save_sharded_model``, ``load_sharded_model``, ``unified_checkpoint``, which ask
 for what checkpoints always do here (``trainer.checkpoint.shards``): never a warning. A
-``*_degree`` of 1 or -1 never warns. Every other one has none: setting it to a value
+``*_degree`` of 1 or -1 never warns. ``eval_accumulation_steps`` (read by
+``trainer.evaluation``) and ``skip_memory_metrics`` (read by the loop's logging)
+act too. Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
@@ -37,6 +39,7 @@ logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
 WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
+               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key",
                # what these ask for is what checkpoints always do here (trainer.checkpoint.shards)
                "save_sharded_model", "load_sharded_model", "unified_checkpoint", "unified_checkpoint_config")
 #: unified_checkpoint_config's words (PaddleNLP 2.8.1)
@@ -108,7 +111,7 @@ def no_effect_fields() -> List[str]:
 
 
 def apply_paddlenlp_fields(args) -> None:
-    """From ``TrainingArguments.__post_init__``: the two fields with an effect, and one warning per field set
+    """From ``TrainingArguments.__post_init__``: the fields with an effect, and one warning per field set
     to a value other than PaddleNLP's default that has none."""
     if args.no_cuda:
         args.device = "cpu"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 from .fields_table import FIELDS
 
@@ -18,13 +19,25 @@ def markdown() -> str:
     from ..args import TrainingArguments
 
     ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}
-    rows = ["| PaddleNLP field | PaddleNLP default | here | default here | notes |", "|---|---|---|---|---|"]
+    hints_theirs, hints_ours = typing.get_type_hints(PaddleNLPArguments), typing.get_type_hints(TrainingArguments)
+    rows = ["| PaddleNLP field | PaddleNLP default | here | default here | type here, where it differs | notes |",
+            "|---|---|---|---|---|---|"]
     for f in dataclasses.fields(PaddleNLPArguments):
         kind, note = FIELDS.get(f.name, ("unsupported", "not in the table yet"))
         theirs = _default(f)
         mine = _default(ours[f.name]) if f.name in ours else "-"
-        rows.append(f"| `{f.name}` | {theirs} | {KIND_WORDS[kind]} | {mine} | {note} |")
+        types = ""
+        if f.name in ours and type_name(hints_ours[f.name]) != type_name(hints_theirs[f.name]):
+            types = f"`{type_name(hints_ours[f.name])}` (PaddleNLP: `{type_name(hints_theirs[f.name])}`)"
+        rows.append(f"| `{f.name}` | {theirs} | {KIND_WORDS[kind]} | {mine} | {types} | {note} |")
     return "\n".join(rows)
+
+
+def type_name(hint) -> str:
+    """``Optional[bool]``, ``str``, ``IntervalStrategy``: a field's type as the table shows it."""
+    if isinstance(hint, type):
+        return hint.__name__
+    return str(hint).replace("typing.", "")
 
 
 def _default(f: dataclasses.Field) -> str:

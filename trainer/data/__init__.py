@@ -2,7 +2,8 @@
 
 Owns: the resumable training sampler and the sharded evaluation sampler
 (``samplers``), loaders and their workers (``loader``), reading the next batches
-in a thread while the step runs (``read_ahead``), how batches come from the
+in a thread while the step runs (``read_ahead``; python's and numpy's RNG states read
+cheaply and put back: ``host_rng``), how batches come from the
 workers (``worker_batches``: fetched whole, handed over through shared-memory
 slots), ``IterableDataset`` streams sharded by rank (``iterable``), dropping the
 columns a model does not take (``columns``), naming the sample behind a bad batch

@@ -5,7 +5,10 @@ matches the trained one (``export``), loading an export into a
 ``paddle.inference`` predictor and running it (``predictor``), converting it
 to ONNX and checking it against onnxruntime (``onnx_export``), and serving it
 over HTTP (``ptrain serve``): the server's start and drain (``server``), the
-routes (``http_app``), request checks (``payload``), dynamic batching
+routes (``http_app``: ``/v1`` and the Open Inference Protocol v2), request
+checks (``payload``, and ``oip`` for v2 bodies), a served model's names,
+metadata and the model repository (``served``), client connections' timeouts
+and limit (``connections``), the decode budget (``limits``), dynamic batching
 (``batching``), the predictor processes (``pool`` on the server's side,
 ``worker`` inside them), the runtimes they load (``runtimes``) and the
 Prometheus metrics (``metrics``).

@@ -11,6 +11,18 @@ the same shapes beyond the batch dimension (texts of different lengths are
 not padded together: what a request gets never depends on its neighbours).
 While every worker is busy requests pile up, so the next batch is full at
 once: batching grows with load by itself.
+
+Alone, a request does not wait: the batcher waits for more rows only up to the
+size of the previous model call, and only if that call was recent (ended within
+``IDLE_AFTER`` + ``max_delay`` s). A request that finds an idle worker and a quiet server (the
+last call held one request, or was long ago) runs at once; under load the
+previous call was full, so the next one waits (at most ``max_delay``) to fill
+too. Such a lone request goes from :meth:`Batcher.submit` straight to the idle
+worker, without waking the batching task.
+
+A pool that cannot serve (``pool.unavailable``: its predictor processes cannot
+load the model) fails the queued requests and refuses new ones with
+:class:`ModelUnavailable` and the pool's reason (the server answers 503).
 """
 
 from __future__ import annotations
@@ -24,8 +36,15 @@ from typing import Deque, List, Optional, Tuple
 import numpy as np
 
 
+IDLE_AFTER = 0.05  # s since the last model call after which the server counts as quiet (no batch to wait for)
+
+
 class QueueFull(RuntimeError):
     """``max_queue`` requests are already waiting."""
+
+
+class ModelUnavailable(RuntimeError):
+    """No predictor process can serve the model (the message says why)."""
 
 
 @dataclass
@@ -41,8 +60,8 @@ class Pending:
 
 
 class Batcher:
-    def __init__(self, pool, max_batch_size: int, max_delay: float, max_queue: int, metrics=None):
-        self.pool = pool
+    def __init__(self, pool, max_batch_size: int, max_delay: float, max_queue: int, metrics=None, name: str = "model"):
+        self.pool, self.name = pool, name
         self.max_batch_size = max_batch_size
         self.max_delay = max_delay
         self.max_queue = max_queue
@@ -51,6 +70,9 @@ class Batcher:
         self._arrived: Optional[asyncio.Event] = None
         self._inflight = set()
         self._task: Optional[asyncio.Task] = None
+        self._last_rows, self._last_at = 0, 0.0   # the previous model call: rows and when it was sent
+        if hasattr(pool, "listeners"):
+            pool.listeners.append(self.fail_all)
 
     @property
     def depth(self) -> int:
@@ -61,13 +83,21 @@ class Batcher:
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     def submit(self, arrays: List[np.ndarray], rows: int) -> "asyncio.Future":
+        reason = getattr(self.pool, "unavailable", None)
+        if reason:
+            raise ModelUnavailable(reason)
         if len(self._queue) >= self.max_queue:
             raise QueueFull(f"{len(self._queue)} requests are waiting (--max_queue {self.max_queue})")
         pending = Pending(arrays, rows, asyncio.get_running_loop().create_future())
+        if not self._queue and self._quiet(pending.enqueued):  # alone: straight to an idle worker, no hop
+            worker = self.pool.try_acquire() if hasattr(self.pool, "try_acquire") else None
+            if worker is not None:
+                self._send(worker, [pending])
+                return pending.future
         self._queue.append(pending)
         self._arrived.set()
         if self.metrics is not None:
-            self.metrics.queue_depth.set(len(self._queue))
+            self.metrics.queue_depth.labels(self.name).set(len(self._queue))
         return pending.future
 
     async def run(self) -> None:
@@ -76,10 +106,11 @@ class Batcher:
                 self._arrived.clear()
                 await self._arrived.wait()
             worker = await self.pool.acquire()
-            while self._queue:  # wait for the oldest's deadline or a full batch
+            want = 1 if self._quiet(time.monotonic()) else min(self.max_batch_size, self._last_rows)
+            while self._queue:  # wait for the oldest's deadline or a batch as full as the last one
                 head = self._queue[0]
                 left = head.enqueued + self.max_delay - time.monotonic()
-                if left <= 0 or self._rows_like(head) >= self.max_batch_size:
+                if left <= 0 or self._rows_like(head) >= want:
                     break
                 self._arrived.clear()
                 try:
@@ -90,9 +121,7 @@ class Batcher:
             if not batch:
                 self.pool.release(worker)
                 continue
-            task = asyncio.get_running_loop().create_task(self._call(worker, batch))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self._send(worker, batch)
 
     def _rows_like(self, head: Pending) -> int:
         key, rows = head.key, 0
@@ -124,22 +153,35 @@ class Batcher:
         keep.extend(self._queue)
         self._queue = keep
         if self.metrics is not None:
-            self.metrics.queue_depth.set(len(self._queue))
+            self.metrics.queue_depth.labels(self.name).set(len(self._queue))
         return batch
 
-    async def _call(self, worker, batch: List[Pending]) -> None:
+    def _quiet(self, now: float) -> bool:
+        """No batch to wait for: the last model call held one request, or ended long enough ago."""
+        return self._last_rows <= 1 or now - self._last_at >= IDLE_AFTER + self.max_delay
+
+    def _send(self, worker, batch: List[Pending]) -> None:
+        """Send ``batch`` to ``worker`` now; its requests' futures are answered when the outputs come back."""
         arrays = [np.concatenate([p.arrays[i] for p in batch]) if len(batch) > 1 else batch[0].arrays[i]
                   for i in range(len(batch[0].arrays))]
         rows = sum(p.rows for p in batch)
+        self._last_rows, self._last_at = rows, time.monotonic()
         if self.metrics is not None:
             self.metrics.batch_size.observe(rows)
-        try:
-            outputs = await self.pool.run(worker, arrays)
-        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
-            for p in batch:
+        future = self.pool.run(worker, arrays)
+        self._inflight.add(future)
+        future.add_done_callback(lambda done: self._deliver(done, batch, rows))
+
+    def _deliver(self, done: "asyncio.Future", batch: List[Pending], rows: int) -> None:
+        self._inflight.discard(done)
+        self._last_at = time.monotonic()  # quiet is counted from the call's end: a slow model is not "idle"
+        if done.cancelled() or done.exception() is not None:
+            exc = RuntimeError("the model call was cancelled") if done.cancelled() else done.exception()
+            for p in batch:  # every request of the batch gets the error
                 if not p.future.done():
                     p.future.set_exception(exc)
             return
+        outputs = done.result()
         bad = [o.shape for o in outputs if not o.shape or o.shape[0] != rows]
         start = 0
         for p in batch:
@@ -152,6 +194,13 @@ class Batcher:
             else:
                 p.future.set_result([o[start:start + p.rows] for o in outputs])
             start += p.rows
+
+    def fail_all(self, reason: str) -> None:
+        """Answer every queued request with ModelUnavailable(reason) (the pool cannot serve)."""
+        while self._queue:
+            p = self._queue.popleft()
+            if not p.future.done():
+                p.future.set_exception(ModelUnavailable(reason))
 
     async def drain(self, timeout: float) -> None:
         """Wait until nothing is queued or in flight (at most ``timeout`` s)."""

@@ -85,6 +85,8 @@ class ExportResult:
 # ---- sample batches and input specs -----------------------------------------------------
 def _sample_batch(trainer) -> Any:
     dataset = trainer.eval_dataset if trainer.eval_dataset is not None else trainer.train_dataset
+    if isinstance(dataset, dict):  # several evaluation sets: the first one's samples
+        dataset = next(iter(dataset.values()))
     if dataset is None:
         raise ConfigError("export needs input_spec, a sample_batch, or a train/eval dataset to read one from: "
                           "pass input_spec=[paddle.static.InputSpec(...)] or sample_batch=...")

@@ -1,54 +1,87 @@
-"""The HTTP API (a Starlette app): ``POST /v1/predict``, ``GET /health``, ``GET /ready``, ``GET /metrics``.
+"""The HTTP API (a Starlette app): the project's ``/v1`` JSON, the Open Inference Protocol ``/v2``, probes, metrics.
 
-==================  =====================================================================================
-status              when
-==================  =====================================================================================
-200                 ``{"outputs": ...}`` (or the task's rows for ``images`` / ``texts``)
-400                 ``{"error": "<one line>"}``: not JSON, a missing field, a wrong shape or dtype, an
-                    image that does not decode, too many instances
-404 / 405           another path or method
-413                 the body is over ``--max_body_bytes``
-500                 ``{"error": ...}``: the predictor process died while running the batch (it is restarted),
-                    or the runtime failed on it
-503                 ``Retry-After: 1``: the queue is full (``--max_queue``), the model is not loaded yet, or the
-                    server is draining after SIGTERM/SIGINT
-==================  =====================================================================================
+====================================================  =================================================================
+route                                                 answer
+====================================================  =================================================================
+``POST /v1/predict``, ``/v1/models/{m}/predict``      ``{"outputs": ...}`` (``/v1/predict``: the first model served)
+``GET /health``, ``/v2/health/live``                  200 while the process runs
+``GET /ready``, ``/v2/health/ready``                  200 once every predictor process of every model is loaded and warm,
+                                                      503 before, while one restarts, and while draining
+``GET /v2``                                           server metadata (name, version, extensions)
+``GET /v2/models/{m}[/versions/{v}]``                 model metadata: inputs and outputs with datatype and shape
+``GET /v2/models/{m}[/versions/{v}]/ready``           200 when that model is ready
+``POST /v2/models/{m}[/versions/{v}]/infer``          an infer request, JSON or with binary tensor data (``oip``)
+``GET /metrics``                                      Prometheus text format
+====================================================  =================================================================
 
-The app parses and checks a request in the server's process (the event loop,
-or a thread for a task's preprocessing), queues it in the
-:class:`~trainer.deploy.batching.Batcher` and answers when its batch is back.
+Errors are ``{"error": "<one line>"}`` on every route: 400 (a bad request), 404 (no such model or version),
+413 (over ``--max_body_bytes``, or an image over ``--max_image_pixels``), 500 (the predictor process died
+while running the batch, or the runtime failed on it), 503 + ``Retry-After: 1`` (the queue is full, the
+model is not loaded or cannot be, or the server is draining). Every protocol queues in the model's one
+:class:`~trainer.deploy.batching.Batcher`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from .batching import QueueFull
+from .. import __version__
+from .batching import ModelUnavailable, QueueFull
+from .oip import infer_response, parse_infer, split_body
 from .payload import BadRequest, answer, parse_inputs, parse_json
 from .pool import WorkerDied
 
+logger = logging.getLogger("trainer.serve")
+SERVER_NAME = "ptrain-serve"
+EXTENSIONS = ["binary_tensor_data"]
+
 
 class ServeState:
-    """What the routes share: the batcher, the pool, the metrics, limits, the task's preprocessing."""
+    """What the routes share: the models (name -> ``ServedModel``, the first is ``/v1/predict``'s), the metrics,
+    the limits, the drain accounting."""
 
-    def __init__(self, batcher, pool, metrics, max_batch_size: int, max_body_bytes: int, preprocessing=None):
-        self.batcher, self.pool, self.metrics = batcher, pool, metrics
+    def __init__(self, models: Dict[str, Any], metrics, max_batch_size: int, max_body_bytes: int,
+                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000):
+        self.models, self.metrics = models, metrics
         self.max_batch_size, self.max_body_bytes = max_batch_size, max_body_bytes
-        self.preprocessing = preprocessing
+        self.allow_nonfinite = allow_nonfinite
+        self.decode_budget = decode_budget     # a PixelBudget for tasks whose items are images, or None
+        self.max_image_pixels = max_image_pixels
         self.draining = False
-        self.accepted = self.answered = self.refused = 0   # requests to /v1/predict (for the drain report)
+        self.accepted = self.answered = self.refused = 0   # predict/infer requests (the drain report)
+
+    @property
+    def first(self):
+        return next(iter(self.models.values()))
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and all(m.ready for m in self.models.values())
 
 
-def _error(status: int, line: str, retry: bool = False) -> JSONResponse:
-    return JSONResponse({"error": line}, status_code=status, headers={"Retry-After": "1"} if retry else None)
+def _error(status: int, line: str, retry: bool = False) -> Response:
+    return Response(json.dumps({"error": line}), status_code=status, media_type="application/json",
+                    headers={"Retry-After": "1"} if retry else None)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(json.dumps(obj, allow_nan=True, separators=(",", ":")), status_code=status,
+                    media_type="application/json")
+
+
+class _Refused(Exception):
+    def __init__(self, response: Response):
+        self.response = response
 
 
 async def _read_body(request: Request, limit: int) -> Optional[bytes]:
@@ -66,54 +99,90 @@ async def _read_body(request: Request, limit: int) -> Optional[bytes]:
 
 
 def build_app(state: ServeState) -> Starlette:
-    async def predict(request: Request) -> Response:
-        started = time.monotonic()
-        response = await _predict(request)
-        state.metrics.requests.labels(str(response.status_code)).inc()
-        state.metrics.latency.observe(time.monotonic() - started)
-        return response
+    def model_of(request: Request):
+        name = request.path_params.get("model")
+        model = state.first if name is None else state.models.get(name)
+        if model is None:
+            raise _Refused(_error(404, f"model {name!r} is not served here: GET /v2/models/NAME for one of "
+                                       f"{', '.join(state.models)}"))
+        version = request.path_params.get("version")
+        if version is not None and version != model.version:
+            raise _Refused(_error(404, f"model {model.name} has version {model.version} only, not {version!r}"))
+        return model
 
-    async def _predict(request: Request) -> Response:
-        if state.draining:
-            state.refused += 1
-            return _error(503, "the server is shutting down: send the request to another replica", retry=True)
-        if state.pool.spec is None:  # never loaded (a restart after a crash queues instead)
-            return _error(503, "the model is not loaded yet: retry when GET /ready answers 200", retry=True)
+    def endpoint(protocol: str, handler):
+        async def route(request: Request) -> Response:
+            started = time.monotonic()
+            try:
+                model = model_of(request)
+            except _Refused as exc:
+                return exc.response
+            if state.draining:
+                state.refused += 1
+                response = _error(503, "the server is shutting down: send the request to another replica", retry=True)
+                response.headers["connection"] = "close"
+            else:
+                state.accepted += 1   # answered counts the ones that got an answer: the rest were cut
+                try:
+                    response = await handler(request, model)
+                except _Refused as exc:
+                    response = exc.response
+                except Exception as exc:  # noqa: BLE001 - a bug of ours: one line to the client, the trace logged
+                    logger.exception("%s %s failed", request.method, request.url.path)
+                    response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
+                state.answered += 1
+            state.metrics.requests.labels(model.name, protocol, str(response.status_code)).inc()
+            state.metrics.latency.observe(time.monotonic() - started)
+            return response
+        return route
+
+    async def body_of(request: Request, model) -> bytes:
+        if not model.loaded:  # never loaded (a restart after a crash queues instead)
+            raise _Refused(_error(503, f"model {model.name} is not loaded yet: retry when GET /v2/models/"
+                                       f"{model.name}/ready answers 200", retry=True))
         try:
             body = await _read_body(request, state.max_body_bytes)
         except ClientDisconnect:
-            return Response(status_code=400)
+            raise _Refused(Response(status_code=400)) from None
         if body is None:
-            return _error(413, f"the body is over {state.max_body_bytes} bytes (--max_body_bytes): send fewer "
-                               "instances per request")
+            raise _Refused(_error(413, f"the body is over {state.max_body_bytes} bytes (--max_body_bytes): send "
+                                       "fewer instances per request"))
+        return body
+
+    async def run(model, arrays, rows):
+        try:
+            future = model.batcher.submit(arrays, rows)
+        except QueueFull as exc:
+            raise _Refused(_error(503, f"the server is overloaded: {exc}; retry after Retry-After seconds",
+                                  retry=True)) from None
+        except ModelUnavailable as exc:
+            raise _Refused(_error(503, str(exc), retry=True)) from None
+        try:
+            return await asyncio.shield(future)
+        except ModelUnavailable as exc:
+            raise _Refused(_error(503, str(exc), retry=True)) from None
+        except WorkerDied as exc:
+            raise _Refused(_error(500, str(exc))) from None
+        except Exception as exc:  # noqa: BLE001 - a runtime failure on this batch: one line, the server goes on
+            raise _Refused(_error(500, f"the model failed on this batch: {exc}")) from None
+
+    async def predict(request: Request, model) -> Response:
+        body = await body_of(request, model)
         try:
             obj = parse_json(body)
-            arrays, rows, items, pre = await _inputs(obj)
+            arrays, rows, items, pre = await _inputs(obj, model)
         except BadRequest as exc:
-            return _error(400, str(exc))
-        try:
-            future = state.batcher.submit(arrays, rows)
-        except QueueFull as exc:
-            return _error(503, f"the server is overloaded: {exc}; retry after Retry-After seconds", retry=True)
-        state.accepted += 1
-        try:
-            outputs = await asyncio.shield(future)
-        except WorkerDied as exc:
-            state.answered += 1
-            return _error(500, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a runtime failure on this batch: one line, the server goes on
-            state.answered += 1
-            return _error(500, f"the model failed on this batch: {exc}")
-        state.answered += 1
+            return _error(exc.status, str(exc))
+        outputs = await run(model, arrays, rows)
         if pre is not None:
             try:
-                return JSONResponse({"outputs": await run_in_threadpool(pre.decode, outputs, items)})
+                return _json({"outputs": await run_in_threadpool(pre.decode, outputs, items)})
             except Exception as exc:  # noqa: BLE001
                 return _error(500, f"the task's postprocessing failed: {type(exc).__name__}: {exc}")
-        return JSONResponse(answer(outputs))
+        return Response(answer(outputs), media_type="application/json")
 
-    async def _inputs(obj: Any):
-        pre = state.preprocessing
+    async def _inputs(obj: Any, model):
+        pre, spec = model.preprocessing, model.pool.spec["inputs"]
         if pre is not None and isinstance(obj, dict) and pre.field in obj:
             items = obj[pre.field]
             if not isinstance(items, list) or not items:
@@ -121,36 +190,96 @@ def build_app(state: ServeState) -> Starlette:
             if len(items) > state.max_batch_size:
                 raise BadRequest(f"{pre.field}: {len(items)} items in one request, at most {state.max_batch_size} "
                                  "(--max_batch_size): split the batch")
-            try:
-                arrays = await run_in_threadpool(pre.encode, items)
-            except ValueError as exc:  # DataError/ConfigError are ValueErrors: the task's one line
-                raise BadRequest(f"{pre.field}: {exc}") from None
-            names = [s["name"] for s in state.pool.spec["inputs"]]
+            arrays = await _encode(pre, items)
+            names = [s["name"] for s in spec]
             named = arrays if isinstance(arrays, dict) else dict(zip(names, arrays))
             named = {k: v for k, v in named.items() if k in names}  # what the export takes
-            arrays, rows = parse_inputs({"inputs": named},
-                                        state.pool.spec["inputs"], state.max_batch_size)
+            arrays, rows = parse_inputs({"inputs": named}, spec, state.max_batch_size, state.allow_nonfinite)
             return arrays, rows, items, pre
         if pre is not None and isinstance(obj, dict) and "inputs" not in obj:
             raise BadRequest(f'send {{"{pre.field}": [...]}} ({pre.description}) or {{"inputs": [...]}} (model inputs)')
-        arrays, rows = parse_inputs(obj, state.pool.spec["inputs"], state.max_batch_size)
+        arrays, rows = parse_inputs(obj, spec, state.max_batch_size, state.allow_nonfinite)
         return arrays, rows, None, None
 
+    async def _encode(pre, items):
+        try:
+            if pre.sizes is None or state.decode_budget is None:
+                return await run_in_threadpool(pre.encode, items)
+            sizes = await run_in_threadpool(pre.sizes, items)
+            for i, (width, height) in enumerate(sizes):
+                if width * height > state.max_image_pixels:
+                    raise BadRequest(f"item {i}: {width}x{height} = {width * height} pixels, over the limit of "
+                                     f"{state.max_image_pixels} per image (--max_image_pixels): send a smaller "
+                                     "image", 413)
+            async with state.decode_budget.hold(sum(w * h for w, h in sizes)):
+                return await run_in_threadpool(pre.encode, items)
+        except ValueError as exc:  # DataError/ConfigError/BadRequest are ValueErrors: the task's one line
+            raise BadRequest(f"{pre.field}: {exc}", getattr(exc, "status", 400)) from None
+
+    async def infer(request: Request, model) -> Response:
+        body = await body_of(request, model)
+        try:
+            obj, tail = split_body(body, request.headers.get("inference-header-content-length"))
+            req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, state.max_batch_size,
+                              state.allow_nonfinite)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
+        outputs = await run(model, req.arrays, req.rows)
+        content, headers = infer_response(model.name, model.version, req, model.named(outputs))
+        return Response(content, headers=headers)
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "alive"})
+        return _json({"status": "alive"})
+
+    async def live(request: Request) -> Response:
+        return Response(status_code=200)
 
     async def ready(request: Request) -> Response:
         if state.draining:
             return _error(503, "draining", retry=True)
-        if not state.pool.ready:
-            return _error(503, "the model is loading", retry=True)
-        return JSONResponse({"status": "ready", "inputs": state.pool.spec["inputs"],
-                             "outputs": state.pool.spec["outputs"]})
+        waiting = [f"{m.name}: {m.pool.status()}" for m in state.models.values() if not m.ready]
+        if waiting:
+            return _error(503, "not every predictor process is ready (" + "; ".join(waiting) + ")", retry=True)
+        model = state.first
+        return _json({"status": "ready", "inputs": model.pool.spec["inputs"], "outputs": model.outputs,
+                      "models": {m.name: m.version for m in state.models.values()}})
+
+    async def ready_v2(request: Request) -> Response:
+        return Response(status_code=200) if state.ready else (await ready(request))
+
+    async def server_metadata(request: Request) -> Response:
+        return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
+
+    async def model_metadata(request: Request) -> Response:
+        try:
+            model = model_of(request)
+        except _Refused as exc:
+            return exc.response
+        if not model.loaded:
+            return _error(503, f"model {model.name} is not loaded yet", retry=True)
+        return _json(model.metadata())
+
+    async def model_ready(request: Request) -> Response:
+        try:
+            model = model_of(request)
+        except _Refused as exc:
+            return exc.response
+        if state.draining or not model.ready:
+            return _error(503, f"model {model.name}: " + ("draining" if state.draining else model.pool.status()),
+                          retry=True)
+        return Response(status_code=200)
 
     async def metrics(request: Request) -> Response:
-        state.metrics.queue_depth.set(state.batcher.depth)
-        state.metrics.ready.set(1 if state.pool.ready and not state.draining else 0)
+        for m in state.models.values():
+            state.metrics.queue_depth.labels(m.name).set(m.batcher.depth)
+            state.metrics.ready.labels(m.name).set(1 if m.ready and not state.draining else 0)
         return PlainTextResponse(state.metrics.render(), media_type=state.metrics.content_type)
 
-    return Starlette(routes=[Route("/v1/predict", predict, methods=["POST"]), Route("/health", health),
-                             Route("/ready", ready), Route("/metrics", metrics)])
+    v1, v2 = endpoint("v1", predict), endpoint("v2", infer)
+    routes = [Route("/v1/predict", v1, methods=["POST"]), Route("/v1/models/{model}/predict", v1, methods=["POST"]),
+              Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
+              Route("/v2/health/live", live), Route("/v2/health/ready", ready_v2), Route("/v2", server_metadata)]
+    for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+        routes += [Route(base, model_metadata), Route(base + "/ready", model_ready),
+                   Route(base + "/infer", v2, methods=["POST"])]
+    return Starlette(routes=routes)

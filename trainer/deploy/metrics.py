@@ -3,12 +3,15 @@
 =====================================  =========  ==============================================
 name                                   type       what
 =====================================  =========  ==============================================
-``ptrain_serve_requests_total``        counter    requests to ``/v1/predict`` by ``status`` code
+``ptrain_serve_requests_total``        counter    predict/infer requests by ``model``, ``protocol`` (v1, v2), ``status``
 ``ptrain_serve_request_seconds``       histogram  time from a request's arrival to its answer
-``ptrain_serve_queue_depth``           gauge      requests waiting to be batched
+``ptrain_serve_queue_depth``           gauge      requests waiting to be batched, by ``model``
 ``ptrain_serve_batch_size``            histogram  rows per model call (``_sum`` / ``_count``: the mean batch)
 ``ptrain_serve_worker_restarts_total`` counter    predictor processes restarted after dying
-``ptrain_serve_ready``                 gauge      1 when a predictor process is loaded and warm
+``ptrain_serve_ready``                 gauge      1 when every predictor process of the ``model`` is loaded and warm
+``ptrain_serve_connections``           gauge      open client connections
+``ptrain_serve_connections_closed``    counter    connections closed by the server, by ``reason`` (header_timeout,
+                                                  body_timeout, limit)
 =====================================  =========  ==============================================
 """
 
@@ -32,17 +35,21 @@ class ServeMetrics:
             buckets.append(b)
             b *= 2
         buckets.append(max_batch_size)
-        self.requests = Counter("ptrain_serve_requests", "Requests to /v1/predict by HTTP status", ["status"],
-                                registry=self.registry)
+        self.requests = Counter("ptrain_serve_requests", "Predict/infer requests by model, protocol, HTTP status",
+                                ["model", "protocol", "status"], registry=self.registry)
         self.latency = Histogram("ptrain_serve_request_seconds", "Seconds from a request's arrival to its answer",
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.queue_depth = Gauge("ptrain_serve_queue_depth", "Requests waiting to be batched", registry=self.registry)
+        self.queue_depth = Gauge("ptrain_serve_queue_depth", "Requests waiting to be batched", ["model"],
+                                 registry=self.registry)
         self.batch_size = Histogram("ptrain_serve_batch_size", "Rows per model call", buckets=buckets,
                                     registry=self.registry)
         self.worker_restarts = Counter("ptrain_serve_worker_restarts", "Predictor processes restarted after dying",
                                        registry=self.registry)
-        self.ready = Gauge("ptrain_serve_ready", "1 when a predictor process is loaded and warm",
-                           registry=self.registry)
+        self.ready = Gauge("ptrain_serve_ready", "1 when every predictor process of the model is loaded and warm",
+                           ["model"], registry=self.registry)
+        self.connections = Gauge("ptrain_serve_connections", "Open client connections", registry=self.registry)
+        self.connections_closed = Counter("ptrain_serve_connections_closed", "Connections closed by the server",
+                                          ["reason"], registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

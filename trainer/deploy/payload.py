@@ -18,13 +18,18 @@ ones), one batch size across inputs, 1 to ``max_batch_size`` rows. Answers are
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 
 class BadRequest(ValueError):
-    """A request the server cannot run: the message is the one line of the 400 answer."""
+    """A request the server cannot run: the message is the one line of the answer (``status``: 400, or 413 for
+    a request over a size limit)."""
+
+    def __init__(self, line: str, status: int = 400):
+        super().__init__(line)
+        self.status = status
 
 
 def parse_json(body: bytes) -> Any:
@@ -85,7 +90,23 @@ def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
         return np.ascontiguousarray(raw.astype(dtype, copy=False))
 
 
-def parse_inputs(body: Any, inputs: List[dict], max_rows: int) -> Tuple[List[np.ndarray], int]:
+def check_finite(array: np.ndarray, field: str) -> None:
+    """BadRequest naming ``field`` when a float input holds NaN or an infinity (``NaN``, ``Infinity``, ``1e309``, or
+    a number beyond the dtype's range such as ``1e39`` for float32): a model answers those with plausible numbers."""
+    if array.dtype.kind != "f" or not array.size:
+        return
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    where = tuple(int(i) for i in np.argwhere(~finite)[0])
+    bad = array[where]
+    what = "NaN" if np.isnan(bad) else f"{'-' if bad < 0 else ''}Infinity (or beyond {array.dtype.name}'s range)"
+    raise BadRequest(f"{field}: value at {list(where)} is {what}: send finite numbers (ptrain serve "
+                     "--allow_nonfinite passes them to the model)")
+
+
+def parse_inputs(body: Any, inputs: List[dict], max_rows: int,
+                 allow_nonfinite: bool = False) -> Tuple[List[np.ndarray], int]:
     """``(arrays in the spec's order, rows)`` of a ``{"inputs": ...}`` body, else BadRequest."""
     if not isinstance(body, dict):
         raise BadRequest(f'the body must be a JSON object such as {{"inputs": [...]}}, got a {type(body).__name__}')
@@ -107,9 +128,12 @@ def parse_inputs(body: Any, inputs: List[dict], max_rows: int) -> Tuple[List[np.
                          '{"inputs": {"' + names[0] + '": [...], ...}}')
     else:
         arrays = [to_array(value, inputs[0], "inputs", max_rows)]
+    if not allow_nonfinite:
+        for s, a in zip(inputs, arrays):
+            check_finite(a, "inputs" if isinstance(value, list) else f"inputs.{s['name']}")
     rows = {a.shape[0] for a in arrays}
     if len(rows) > 1:
-        raise BadRequest(f"inputs: every input needs the same number of instances, got "
+        raise BadRequest("inputs: every input needs the same number of instances, got "
                          + ", ".join(f"{n}: {a.shape[0]}" for n, a in zip(names, arrays)))
     return arrays, rows.pop()
 
@@ -120,7 +144,9 @@ def _one_or_named(inputs: List[dict]) -> str:
     return ", or an object of one batch per input: " + ", ".join(s["name"] for s in inputs)
 
 
-def answer(outputs: List[np.ndarray]) -> Dict[str, Any]:
-    """``{"outputs": rows}`` for one output, ``{"outputs": [rows per output]}`` for several."""
+def answer(outputs: List[np.ndarray]) -> bytes:
+    """``{"outputs": rows}`` for one output, ``{"outputs": [rows per output]}`` for several, as JSON bytes (a
+    non-finite output is written ``NaN`` / ``Infinity``, as Python's and rapidjson's parsers read it)."""
     rows = [o.tolist() for o in outputs]
-    return {"outputs": rows[0] if len(rows) == 1 else rows}
+    return json.dumps({"outputs": rows[0] if len(rows) == 1 else rows}, allow_nan=True,
+                      separators=(",", ":")).encode()

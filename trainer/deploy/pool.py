@@ -11,6 +11,14 @@ of its pipe: the batch it held fails with :class:`WorkerDied` (the server
 answers its requests 500 with that line) and a new worker is started in its
 place. Workers die with the server (``die_with_parent``) and are stopped by
 :meth:`WorkerPool.close` (pipe closed, joined, killed after a bound).
+
+One model, one set of files: each worker reports the fingerprint (sha256) of
+the model files it loaded; the first one is the pool's, and a replacement
+is told it and refuses to load anything else (a directory changed while
+serving: one line in the log, the slot stays empty and is retried with a
+back-off up to 30 s). When no worker can serve (every slot refused or failed
+to load, or a restart did not load within the start timeout), the pool is
+``unavailable`` with the reason: queued and new requests answer 503 with it.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from .worker import worker_main
 logger = logging.getLogger("trainer.serve")
 
 RESTART_DELAY = 0.5  # s between a worker's death and its replacement, so a model that crashes at once cannot spin
+MAX_RESTART_DELAY = 30.0  # the back-off's bound for a slot whose replacements keep failing to load
 
 
 class WorkerDied(RuntimeError):
@@ -49,15 +58,21 @@ class ServeStartError(TrainerError):
 class _Worker:
     def __init__(self, index: int, process, conn):
         self.index, self.process, self.conn = index, process, conn
-        self.state = "starting"          # starting -> idle <-> busy -> dead
+        self.state = "starting"          # starting -> idle <-> busy -> dead; starting -> failed (a replacement)
         self.batch: Optional[tuple] = None  # (batch_id, future) in flight
         self.started = time.monotonic()
         self.pid = process.pid
+        self.fingerprint: Optional[str] = None
 
 
 class WorkerPool:
-    def __init__(self, options: Dict[str, Any], workers: int = 1, metrics=None):
+    def __init__(self, options: Dict[str, Any], workers: int = 1, metrics=None, start_timeout: float = 300.0):
         self.options = dict(options)
+        self.start_timeout = start_timeout
+        self.fingerprint: Optional[str] = None   # of the files the first worker loaded; every worker must match
+        self.unavailable: Optional[str] = None   # why no worker can serve (None: one can, or will soon)
+        self.listeners: List[Any] = []           # called with the reason when the pool becomes unavailable
+        self._failures: Dict[int, int] = {}      # slot -> consecutive failed starts (the back-off)
         self.size = workers
         self.metrics = metrics
         self.spec: Optional[dict] = None      # {"inputs": [...], "outputs": [...]} of the first ready worker
@@ -86,6 +101,13 @@ class WorkerPool:
                 raise ServeStartError(f"the model did not load within {timeout:g} s in a predictor process: "
                                       "raise --start_timeout or check the model directory")
             await asyncio.sleep(0.05)
+        self._first.set_result(None)  # from here a worker that cannot load is a replacement's failure
+        prints = {w.fingerprint for w in self._workers}
+        if len(prints) > 1:
+            raise ServeStartError(f"the predictor processes loaded different files ({len(prints)} fingerprints): "
+                                  "the model directory changed while the server started; start it again")
+        self.fingerprint = prints.pop()
+        self.options["fingerprint"] = self.fingerprint  # replacements refuse any other files
 
     def _spawn(self, index: int) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
@@ -99,11 +121,20 @@ class WorkerPool:
         else:
             self._workers.append(worker)
         self._loop.add_reader(parent.fileno(), self._readable, worker)
+        if self.fingerprint is not None:  # a replacement: bounded like the first start
+            self._loop.call_later(self.start_timeout, self._start_overdue, worker)
         return worker
 
     @property
     def ready(self) -> bool:
-        return any(w.state in ("idle", "busy") for w in self._workers)
+        """Every worker is loaded and warm (what ``/ready`` answers)."""
+        return bool(self._workers) and all(w.state in ("idle", "busy") for w in self._workers)
+
+    def status(self) -> str:
+        """One phrase for ``/ready``: ``2 of 2 predictor processes ready``, or why not."""
+        up = sum(w.state in ("idle", "busy") for w in self._workers)
+        text = f"{up} of {self.size} predictor processes ready"
+        return text + (f"; {self.unavailable}" if self.unavailable else "")
 
     @property
     def pids(self) -> List[int]:
@@ -135,6 +166,15 @@ class WorkerPool:
             if worker.state == "idle":
                 worker.state = "busy"
                 return worker
+
+    def try_acquire(self) -> Optional[_Worker]:
+        """An idle worker now, or None (never waits)."""
+        while not self._idle.empty():
+            worker = self._idle.get_nowait()
+            if worker.state == "idle":
+                worker.state = "busy"
+                return worker
+        return None
 
     def release(self, worker: _Worker) -> None:
         """Give back a worker acquired but not used."""
@@ -169,8 +209,13 @@ class WorkerPool:
         if kind == "ready":
             worker.state = "idle"
             worker.pid = message[1].get("pid", worker.pid)
+            worker.fingerprint = message[1].get("fingerprint")
+            self._failures.pop(worker.index, None)
+            if self.unavailable is not None:
+                logger.warning("model %s can be served again", self.options.get("name", ""))
+            self.unavailable = None
             if self.spec is None:
-                self.spec = {"inputs": message[1]["inputs"], "outputs": message[1]["outputs"]}
+                self.spec = {k: message[1].get(k) for k in ("inputs", "outputs", "output_specs")}
             if self.restarts:  # the first start is announced by the server's ready line
                 logger.warning("predictor process %d (pid %d) is ready", worker.index, worker.pid)
             self._idle.put_nowait(worker)
@@ -180,7 +225,8 @@ class WorkerPool:
             if not self._first.done():
                 self._first.set_exception(error)
             else:
-                logger.error("%s", error)
+                worker.state = "failed"
+                self._refused(worker, message[1])
             return
         batch_id, status, payload = message
         if worker.batch is None or worker.batch[0] != batch_id:
@@ -195,8 +241,30 @@ class WorkerPool:
                 future.set_exception(WorkerFailed(payload))
         self._idle.put_nowait(worker)
 
+    def _start_overdue(self, worker: _Worker) -> None:
+        if worker.state == "starting" and not self.closing:
+            worker.state = "failed"
+            self._refused(worker, f"did not load within {self.start_timeout:g} s (--start_timeout)")
+            worker.process.kill()
+
+    def _refused(self, worker: _Worker, reason: str) -> None:
+        """A replacement could not take its slot: log it, back off, and mark the pool unavailable if no worker
+        serves."""
+        failures = self._failures[worker.index] = self._failures.get(worker.index, 0) + 1
+        delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** failures)
+        self._drop_reader(worker)
+        worker.conn.close()
+        if not any(w.state in ("idle", "busy") for w in self._workers):
+            self.unavailable = f"no predictor process can load the model: {reason}"
+            for listener in self.listeners:
+                listener(self.unavailable)
+        if failures == 1 or failures % 10 == 0:
+            logger.error("predictor process %d (pid %d) cannot load the model: %s; retrying every %.0f s at most",
+                         worker.index, worker.pid, reason, delay)
+        self._loop.call_later(delay, self._respawn, worker.index)
+
     def _died(self, worker: _Worker) -> None:
-        if worker.state == "dead":
+        if worker.state in ("dead", "failed"):
             return
         was = worker.state
         worker.state = "dead"
@@ -218,6 +286,10 @@ class WorkerPool:
             self._first.set_exception(ServeStartError(f"the predictor process (pid {worker.pid}) {how} while "
                                                       "loading the model"))
             return
+        if was == "starting":  # a replacement that cannot load: back off rather than spin
+            worker.state = "failed"
+            self._refused(worker, f"the process {how} while loading it")
+            return
         self.restarts += 1
         if self.metrics is not None:
             self.metrics.worker_restarts.inc()
@@ -225,5 +297,9 @@ class WorkerPool:
         self._loop.call_later(RESTART_DELAY, self._respawn, worker.index)
 
     def _respawn(self, index: int) -> None:
-        if not self.closing:
+        if not self.closing and self._workers[index].state in ("dead", "failed"):
+            old = self._workers[index]
+            if old.process.is_alive():
+                old.process.kill()
+            old.process.join(0.5)
             self._spawn(index)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import List, Optional, Sequence
@@ -59,6 +60,22 @@ def model_files(path: str, prefix: Optional[str] = None) -> tuple:
                         f"give a --model_prefix it has ({', '.join(_prefixes(path)) or 'none'})")
     raise DataError(f"{path} holds no inference model ({' or '.join(MODEL_FILES)}): give the directory "
                     "Trainer.export() or callbacks.Export wrote (output_dir/inference)")
+
+
+def fingerprint(path: str, prefix: Optional[str] = None) -> str:
+    """``sha256:<hex>`` of the export's program and weights (what a predictor loads), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    for file in model_files(path, prefix):
+        with open(file, "rb") as f:
+            digest.update(os.path.basename(file).encode() + b"\0")
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def files_state(path: str, prefix: Optional[str] = None) -> tuple:
+    """``(size, mtime_ns, inode)`` of each model file: compared before and after a load to see a change during it."""
+    return tuple((s.st_size, s.st_mtime_ns, s.st_ino) for s in map(os.stat, model_files(path, prefix)))
 
 
 TASK_FILES = ("task.json", "preprocess.json")  # written next to the model by a task's export (ernie, resnet)

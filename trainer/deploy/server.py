@@ -5,19 +5,23 @@
     from trainer.deploy.server import ServeConfig, serve
     serve(ServeConfig("runs/digits-demo/inference", port=8000))   # until SIGTERM / SIGINT; returns the exit code
 
-What runs: one server process (uvicorn + the Starlette app of
-``trainer.deploy.http_app``, the :class:`~trainer.deploy.batching.Batcher`)
-and ``workers`` predictor processes (``trainer.deploy.worker``) that die with
-it. It prints ``ptrain serve: ready on http://HOST:PORT ...`` once every
-worker has loaded and warmed up the model (``GET /ready`` answers 200 from
-then on).
+What runs: one server process (uvicorn with the guarded h11 protocol of
+``trainer.deploy.connections``, the Starlette app of ``trainer.deploy.http_app``,
+one :class:`~trainer.deploy.batching.Batcher` per model) and ``workers``
+predictor processes per model (``trainer.deploy.worker``) that die with it. It
+prints ``ptrain serve: ready on http://HOST:PORT ...`` once every worker of
+every model has loaded and warmed up (``GET /ready`` answers 200 from then on).
 
-Stopping: SIGTERM or SIGINT stops accepting (the listening socket closes, a
-request on a kept-alive connection gets 503), answers every request already
-accepted, stops the workers and returns 0 within ``drain_timeout`` seconds; it
-prints how many requests were accepted, answered and refused. Requests still
-unanswered at the bound are cut and the exit code is 1. A second SIGINT exits
-at once (1). A model that cannot load: exit 3 with the worker's line.
+Stopping: SIGTERM or SIGINT marks the server draining: every new request
+(on a new or a kept-alive connection) answers 503 with ``Connection: close``,
+while the requests already accepted are answered. Once they are (or at
+``drain_timeout`` less a reserve for the shutdown itself), the connections
+waiting in the listening socket's backlog get 503 too, the socket closes (new
+connections are refused from then on), the workers stop and the process
+returns 0 within ``drain_timeout`` seconds of the signal. It prints how many
+requests were accepted, answered, refused and cut; requests cut at the bound
+make the exit code 1. A second SIGINT exits at once (1). A model that cannot
+load: exit 3 with the worker's line.
 """
 
 from __future__ import annotations
@@ -25,32 +29,36 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import resource
 import signal
 import socket
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Dict, Optional, Sequence, Union
 
 from ..errors import ConfigError
 from .batching import Batcher
+from .connections import Guard, guarded_protocol, refuse_backlog
 from .http_app import ServeState, build_app
+from .limits import PixelBudget
 from .metrics import ServeMetrics
 from .pool import ServeStartError, WorkerPool
-from .predictor import model_files
 from .runtimes import RUNTIMES
+from .served import ServedModel, check_name, find_models
 
 
 @dataclass
 class ServeConfig:
-    model_dir: str
+    model_dir: Union[str, Sequence[str]]   # DIR, NAME=DIR, a model repository folder, or a list of them
     model_prefix: Optional[str] = None
     host: str = "127.0.0.1"
     port: int = 8000                  # 0: any free port (the ready line says which)
     max_batch_size: int = 32
     max_delay_ms: float = 5.0
-    max_queue: Optional[int] = None   # requests waiting; None: 16 x max_batch_size x workers
+    max_queue: Optional[int] = None   # requests waiting per model; None: 16 x max_batch_size x workers
     workers: int = 1
     device: str = "cpu"
     runtime: str = "paddle"
@@ -58,31 +66,51 @@ class ServeConfig:
     max_body_bytes: int = 16 << 20
     drain_timeout: float = 30.0
     start_timeout: float = 300.0
+    model_name: Optional[str] = None      # one model only; several: NAME=DIR
+    model_version: str = "1"
+    output_names: Optional[Sequence[str]] = None
+    allow_nonfinite: bool = False
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: Optional[int] = None  # None: the open-file soft limit less 64 (at most 4096)
+    max_image_pixels: int = 40_000_000
+    max_decode_pixels: Optional[int] = None  # None: 2 x max_image_pixels
 
     def check(self) -> "ServeConfig":
         """Validate every field (ConfigError naming the flag); returns self."""
         for flag, value, low in (("--max_batch_size", self.max_batch_size, 1), ("--workers", self.workers, 1),
-                                 ("--threads", self.threads, 1), ("--max_body_bytes", self.max_body_bytes, 64)):
+                                 ("--threads", self.threads, 1), ("--max_body_bytes", self.max_body_bytes, 64),
+                                 ("--max_image_pixels", self.max_image_pixels, 1)):
             if not isinstance(value, int) or value < low:
                 raise ConfigError(f"{flag} {value} is not allowed: give an integer >= {low}")
-        if self.max_queue is not None and (not isinstance(self.max_queue, int) or self.max_queue < 1):
-            raise ConfigError(f"--max_queue {self.max_queue} is not allowed: give an integer >= 1")
+        for flag, value in (("--max_queue", self.max_queue), ("--max_connections", self.max_connections),
+                            ("--max_decode_pixels", self.max_decode_pixels)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{flag} {value} is not allowed: give an integer >= 1")
         if not 0 <= self.max_delay_ms <= 10_000:
             raise ConfigError(f"--max_delay_ms {self.max_delay_ms} is not allowed: give 0 to 10000 milliseconds")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"--port {self.port} is not allowed: give 0 (any free port) to 65535")
-        if self.drain_timeout <= 0 or self.start_timeout <= 0:
-            raise ConfigError("--drain_timeout and --start_timeout must be > 0 seconds")
+        for flag, value in (("--drain_timeout", self.drain_timeout), ("--start_timeout", self.start_timeout),
+                            ("--header_timeout", self.header_timeout), ("--body_timeout", self.body_timeout)):
+            if not value > 0:
+                raise ConfigError(f"{flag} {value} is not allowed: give a number of seconds > 0")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"--runtime {self.runtime} is not known: give one of {', '.join(RUNTIMES)}")
         if not re.fullmatch(r"cpu|gpu(:\d+)?", self.device):
             raise ConfigError(f"--device {self.device} is not allowed: give cpu or gpu:K")
-        if not os.path.isdir(self.model_dir):
-            raise ConfigError(f"MODEL_DIR {self.model_dir} does not exist: give the directory of an exported model "
-                              "(OUTPUT_DIR/inference of a finished run)")
-        model_files(self.model_dir, self.model_prefix)  # DataError naming what is missing
+        check_name("--model_version", self.model_version)
+        self.models = find_models(self.model_dir, self.model_prefix, self.model_name, self.model_version)
         if self.max_queue is None:
             self.max_queue = 16 * self.max_batch_size * self.workers
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = soft if 0 < soft < 1 << 20 else 1 << 20
+        # asyncio accepts up to `backlog` sockets in one go before any is counted: keep that many files in reserve
+        self.backlog = max(16, min(1024, soft // 8))
+        if self.max_connections is None:
+            self.max_connections = max(16, min(8192, soft - 64 - self.backlog - 4 * self.workers * len(self.models)))
+        if self.max_decode_pixels is None:
+            self.max_decode_pixels = 2 * self.max_image_pixels
         return self
 
 
@@ -90,26 +118,39 @@ def _say(line: str) -> None:
     print(f"ptrain serve: {line}", file=sys.stderr, flush=True)
 
 
-def serve(config: ServeConfig, preprocessing=None) -> int:
-    """Serve until SIGTERM/SIGINT; return the exit code (see the module docstring). ``preprocessing``: a
-    task's ``Preprocessing`` (``field``, ``encode``, ``decode``, ``description``) for ``images`` / ``texts``."""
+def serve(config: ServeConfig, preprocessing=None, tasks: Optional[Callable] = None) -> int:
+    """Serve until SIGTERM/SIGINT; return the exit code (see the module docstring).
+
+    ``tasks(model_dir)`` -> ``(Preprocessing or None, output names or None)`` of the task an export names
+    (``ptrain serve`` passes one that reads the task registry); ``preprocessing``: a task's ``Preprocessing``
+    (``field``, ``encode``, ``decode``, ``description``) for a single model, without ``tasks``."""
     config.check()
-    return asyncio.run(_serve(config, preprocessing))
+    return asyncio.run(_serve(config, tasks or (lambda _dir: (preprocessing, None))))
 
 
-async def _serve(config: ServeConfig, preprocessing) -> int:
+def _models(config: ServeConfig, metrics, tasks) -> Dict[str, ServedModel]:
+    models = {}
+    for name, version, model_dir in config.models:
+        preprocessing, task_outputs = tasks(model_dir)
+        options = {"name": name, "model_dir": os.path.abspath(model_dir), "prefix": config.model_prefix,
+                   "runtime": config.runtime, "device": config.device, "threads": config.threads,
+                   "max_batch_size": config.max_batch_size}
+        pool = WorkerPool(options, config.workers, metrics, config.start_timeout)
+        batcher = Batcher(pool, config.max_batch_size, config.max_delay_ms / 1000.0, config.max_queue, metrics, name)
+        models[name] = ServedModel(name, version, model_dir, pool, batcher,
+                                   "onnxruntime_onnx" if config.runtime == "onnxruntime" else "paddle_inference",
+                                   preprocessing, config.output_names, task_outputs)
+    return models
+
+
+async def _serve(config: ServeConfig, tasks) -> int:
     import uvicorn
 
     metrics = ServeMetrics(config.max_batch_size)
-    options = {"model_dir": os.path.abspath(config.model_dir), "prefix": config.model_prefix,
-               "runtime": config.runtime, "device": config.device, "threads": config.threads,
-               "max_batch_size": config.max_batch_size}
-    pool = WorkerPool(options, config.workers, metrics)
-    batcher = Batcher(pool, config.max_batch_size, config.max_delay_ms / 1000.0, config.max_queue, metrics)
-    state = ServeState(batcher, pool, metrics, config.max_batch_size, config.max_body_bytes, preprocessing)
-    server = _Server(uvicorn.Config(build_app(state), host=config.host, port=config.port, log_level="warning",
-                                    lifespan="off", timeout_graceful_shutdown=config.drain_timeout,
-                                    access_log=False), state)
+    models = _models(config, metrics, tasks)
+    state = ServeState(models, metrics, config.max_batch_size, config.max_body_bytes, config.allow_nonfinite,
+                       PixelBudget(config.max_decode_pixels), config.max_image_pixels)
+    guard = Guard(config.header_timeout, config.body_timeout, config.max_connections, metrics)
     try:
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else Nagle + delayed ACK
         # add 40 ms to every answer on a kept-alive connection)
@@ -120,46 +161,62 @@ async def _serve(config: ServeConfig, preprocessing) -> int:
     except OSError as exc:
         raise ConfigError(f"--host {config.host} --port {config.port}: cannot listen there ({exc.strerror}): give "
                           "another --port (0: any free one) or an address of this machine") from None
+    server = _Server(uvicorn.Config(build_app(state), host=config.host, port=config.port, log_level="warning",
+                                    lifespan="off", timeout_graceful_shutdown=config.drain_timeout,
+                                    access_log=False, http=guarded_protocol(guard), backlog=config.backlog), state, sock)
     port = sock.getsockname()[1]
-    batcher.start()
+    for model in models.values():
+        model.batcher.start()
     serving = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     try:
         try:
-            await pool.start(config.start_timeout)
-        except ServeStartError as exc:
+            await asyncio.gather(*(m.pool.start(config.start_timeout) for m in models.values()))
+            for model in models.values():
+                model.bind()
+        except (ServeStartError, ConfigError) as exc:
             server.should_exit = True
             await serving
             _say(f"error: {exc}")
             return exc.exit_code
         while not server.started and not serving.done():
             await asyncio.sleep(0.01)
-        metrics.ready.set(1)
-        print(f"ptrain serve: ready on http://{config.host}:{port} (POST /v1/predict, GET /health /ready /metrics); "
-              f"model {config.model_dir}, runtime {config.runtime}, {config.workers} predictor process(es) pid "
-              f"{','.join(map(str, pool.pids))}, max_batch_size {config.max_batch_size}, max_delay_ms "
-              f"{config.max_delay_ms:g}, max_queue {config.max_queue}", flush=True)
+        print(f"ptrain serve: ready on http://{config.host}:{port} (POST /v1/predict, /v2/models/NAME/infer; GET "
+              "/health /ready /metrics /v2/health/ready); "
+              + "; ".join(f"model {m.name} version {m.version} ({m.model_dir})" for m in models.values())
+              + f"; runtime {config.runtime}, {config.workers * len(models)} predictor process(es) pid "
+              f"{','.join(str(p) for m in models.values() for p in m.pool.pids)}, max_batch_size "
+              f"{config.max_batch_size}, max_delay_ms {config.max_delay_ms:g}, max_queue {config.max_queue}, "
+              f"max_connections {config.max_connections}", flush=True)
         await serving
-        await batcher.drain(1.0)
     finally:
-        batcher.stop()
-        await pool.close()
+        for model in models.values():
+            model.batcher.stop()
+        left = max(0.5, server.deadline - time.monotonic()) if server.deadline else 5.0
+        await asyncio.gather(*(m.pool.close(left) for m in models.values()))
     if server.signal_name is None:
         return 0
-    left = state.accepted - state.answered
-    _say(f"{server.signal_name} received: stopped accepting; {state.accepted} requests accepted, {state.answered} "
-         f"answered, {state.refused} refused while draining" + (f", {left} cut at --drain_timeout "
-                                                                f"{config.drain_timeout:g} s" if left else "")
-         + f"; predictor processes stopped; exit {1 if left else 0}")
-    return 1 if left else 0
+    cut = state.accepted - state.answered
+    _say(f"{server.signal_name} received: {state.accepted} requests accepted, {state.answered} answered, "
+         f"{state.refused} refused while draining (503), {cut} cut at --drain_timeout {config.drain_timeout:g} s"
+         f"; {server.backlog} waiting connections answered 503, {server.idle_closed} connections closed before "
+         f"their request arrived; predictor processes stopped in {time.monotonic() - server.signalled:.1f} s; "
+         f"exit {1 if cut else 0}")
+    return 1 if cut else 0
 
 
-def _Server(config, state):
-    """uvicorn's Server with our signal handling: stop accepting, mark the app draining, and exit with our
-    code (uvicorn re-raises the signal after a graceful stop, which would end the process with 143/130)."""
+def _Server(config, state, sock):
+    """uvicorn's Server with our signal handling and drain: refuse new requests (503) while the accepted ones are
+    answered, answer the backlog 503 before the listening socket closes, and exit with our code (uvicorn re-raises
+    the signal after a graceful stop, which would end the process with 143/130)."""
     import uvicorn
+
+    drain_timeout = config.timeout_graceful_shutdown
 
     class Server(uvicorn.Server):
         signal_name: Optional[str] = None
+        deadline: Optional[float] = None
+        signalled = 0.0
+        backlog = idle_closed = 0
 
         @contextmanager
         def capture_signals(self):
@@ -177,11 +234,28 @@ def _Server(config, state):
             if self.signal_name is not None and signum == signal.SIGINT:
                 _say("second SIGINT: exiting now, unanswered requests are cut; exit 1")
                 os._exit(1)
-            if self.signal_name is None:
-                self.signal_name = signal.Signals(signum).name
-                _say(f"{self.signal_name}: draining (no new requests; answering the accepted ones, at most "
-                     f"{config.timeout_graceful_shutdown:g} s)")
+            if self.signal_name is not None:
+                return
+            self.signal_name = signal.Signals(signum).name
+            self.signalled = time.monotonic()
+            self.deadline = self.signalled + drain_timeout
+            _say(f"{self.signal_name}: draining (new requests get 503; answering the accepted ones, at most "
+                 f"{drain_timeout:g} s)")
             state.draining = True
+            asyncio.get_running_loop().create_task(self._drain())
+
+        async def _drain(self):
+            reserve = min(2.0, 0.25 * drain_timeout)  # for closing connections and stopping the predictors
+            while state.accepted > state.answered and time.monotonic() < self.deadline - reserve:
+                await asyncio.sleep(0.01)
+            self.config.timeout_graceful_shutdown = max(0.1, self.deadline - reserve / 2 - time.monotonic())
             self.should_exit = True
+
+        async def shutdown(self, sockets=None):
+            self.backlog = refuse_backlog(sock, "the server is shutting down: send the request to another replica")
+            self.idle_closed = sum(1 for c in list(self.server_state.connections)
+                                   if getattr(c, "waiting_for_headers", lambda: False)()
+                                   and time.monotonic() - c.since > 0.05)
+            await super().shutdown(sockets)
 
     return Server(config)

@@ -8,8 +8,10 @@ the process that parses HTTP requests; each worker is its own process
    is gone, whatever killed it) and ignores SIGINT/SIGTERM (a Ctrl-C to the
    terminal's process group must not kill it while the server drains: the
    server ends it by closing the pipe);
-2. loads the runtime, runs a warm-up batch of 1 and of ``max_batch_size`` rows,
-   sends ``("ready", {"inputs", "outputs", "pid"})``;
+2. fingerprints the model files (``predictor.fingerprint``) and, for a replacement, refuses files that differ
+   from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1 and of ``max_batch_size`` rows,
+   sends ``("ready", {"inputs", "outputs", "output_specs", "pid"})`` (``output_specs``: the dtype and shape of
+   each output of the warm-up run);
 3. answers each ``(batch_id, [arrays])`` with ``(batch_id, "ok", [arrays])`` or
    ``(batch_id, "error", "<one line>")``; an end of the pipe (or ``None``) ends it.
 
@@ -24,7 +26,13 @@ import sys
 from typing import Any, Dict
 
 
+class ModelChanged(RuntimeError):
+    """The model files differ from the ones the server's other predictor processes serve."""
+
+
 def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, ModelChanged):
+        return str(exc)
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1].strip() if text else ''}".rstrip(": ")
 
@@ -39,17 +47,30 @@ def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
     die_with_parent(signal.SIGKILL, parent_pid)
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
+        from .predictor import files_state, fingerprint
         from .runtimes import load_runtime, synthetic_batch
 
+        before = files_state(options["model_dir"], options.get("prefix"))
+        mine = fingerprint(options["model_dir"], options.get("prefix"))
+        expected = options.get("fingerprint")
+        if expected is not None and mine != expected:
+            raise ModelChanged(f"the model files in {options['model_dir']} changed since the server loaded them "
+                               f"({expected[:19]}, now {mine[:19]}): refusing to serve a second model behind one "
+                               "name; restart the server to serve the new export")
         runtime = load_runtime(options["runtime"], options["model_dir"], options.get("device", "cpu"),
                                int(options.get("threads", 1)), options.get("prefix"))
+        seen = []
         for rows in sorted({1, int(options.get("max_batch_size", 1))}):
             if all(s.get("shape") for s in runtime.inputs):
-                runtime.run(synthetic_batch(runtime.inputs, rows))
+                seen = [{"dtype": str(o.dtype), "shape": [-1] + list(o.shape[1:])}
+                        for o in runtime.run(synthetic_batch(runtime.inputs, rows))]
+        if files_state(options["model_dir"], options.get("prefix")) != before:
+            raise ModelChanged(f"the model files in {options['model_dir']} changed while loading: start again")
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which exits with it
         conn.send(("failed", _first_line(exc)))
         sys.exit(1)
-    conn.send(("ready", {"inputs": runtime.inputs, "outputs": runtime.outputs, "pid": os.getpid()}))
+    conn.send(("ready", {"inputs": runtime.inputs, "outputs": runtime.outputs, "output_specs": seen,
+                         "pid": os.getpid(), "fingerprint": mine}))
     while True:
         try:
             message = conn.recv()

@@ -34,10 +34,10 @@ from .flags import ETCD, is_etcd
 from .supervise import run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
-# loss-spike retries exhausted), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
+# loss-spike retries exhausted), the output_dir's lease lost to another run (7), out of memory at a micro-batch of 1 (8), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
 # restart inside the allocation that is about to end would be killed with it). Everything else (1 other error, 4 a callback
 # failed, 124 stall watchdog, a worker killed by a signal, GAVE_UP) is restarted while restarts are left.
-NO_RESTART = (0, 2, 3, 5, 130, REQUEUE_EXIT, 143)
+NO_RESTART = (0, 2, 3, 5, 7, 8, 130, REQUEUE_EXIT, 143)
 GAVE_UP = 75  # trainer.launch.elastic: paddle's launcher stopped before the job completed (e.g. "peer not ready")
 
 
@@ -90,18 +90,19 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
         try:
             code = run_launcher(cmd, env)
             records = read_failures(failures)
+            _keep_tracebacks(failures, log_dir)
         finally:
             shutil.rmtree(failures, ignore_errors=True)
         outcome = _read_status(status_file)
         used += outcome.get("restarts", 0)
         if code == 0:
             return 0
-        code, named = _failure_of(code, records)
+        code, named = _failure_of(code, records, log_dir)
         cause = named or outcome.get("cause") or f"the launcher exited with code {code}"
         if code in NO_RESTART or code < 0 or used >= ns.max_restarts:
             why = ("no restart can fix it" if code in NO_RESTART or code < 0 else
                    f"all {ns.max_restarts} restarts are used" if ns.max_restarts else "restarts are off (--max_restarts)")
-            if code not in (130, REQUEUE_EXIT, 143):
+            if code not in (130, REQUEUE_EXIT, 143) and not named:
                 print(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
                       f"{log_dir}", file=sys.stderr, flush=True)
             return code
@@ -111,19 +112,40 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
               f"{cause}", file=sys.stderr, flush=True)
 
 
-def _failure_of(code: int, records: list):
+def _failure_of(code: int, records: list, log_dir: str = "log"):
     """The job's exit code and cause from what the ranks recorded (``trainer.process.record_failure``): a rank's
     error that no restart can fix (a DataError on rank 1 while rank 0 was stopped by the launcher) wins over the
     launcher's code; each recorded error is printed on ptrain's console."""
-    for record in records:
-        print(f"ptrain: rank {record.get('rank')} failed (exit {record.get('code')}): {record.get('error')}",
-              file=sys.stderr, flush=True)
     final = [r for r in records if r.get("code") in NO_RESTART and r.get("code")]
+    for (error, rcode), ranks in _same_errors(records).items():  # ranks that failed alike: one line
+        what = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+        then = "no restart can fix it" if rcode in NO_RESTART else "a restart may help"
+        print(f"ptrain: {what} failed (exit {rcode}): {error} ({then}; the workers' logs are in {log_dir})",
+              file=sys.stderr, flush=True)
     chosen = final[0] if final else (records[0] if records else None)
     if chosen is None:
         return code, None
     cause = f"rank {chosen.get('rank')}: {chosen.get('error')}"
     return (int(chosen["code"]) if final else code), cause
+
+
+def _same_errors(records: list) -> dict:
+    out: dict = {}
+    for record in records:
+        out.setdefault((record.get("error"), record.get("code")), []).append(record.get("rank"))
+    return out
+
+
+def _keep_tracebacks(failures: str, log_dir: str) -> None:
+    """The ranks' tracebacks of errors they recorded (``trainer.process.record_failure``) into ``log_dir``."""
+    try:
+        names = [n for n in os.listdir(failures) if n.endswith(".traceback")]
+        if names:
+            os.makedirs(log_dir, exist_ok=True)
+        for name in names:
+            shutil.copyfile(os.path.join(failures, name), os.path.join(log_dir, name))
+    except OSError:
+        pass
 
 
 def _read_status(path: Optional[str]) -> dict:

@@ -33,9 +33,6 @@ from .recompute import apply_recompute
 
 logger = logging.getLogger("trainer")
 
-#: PaddleNLP's ``sharding_parallel_config`` words that act here
-SHARDING_CONFIGS = ("enable_stage1_tensor_fusion", "enable_stage1_overlap", "enable_stage2_overlap", "split_param",
-                    "disable_stage1_reduce_avg")
 _LEVELS = {2: "os_g", 3: "p_g_os"}
 
 
@@ -49,25 +46,6 @@ class Parallelized:
     inference_model: Optional[paddle.nn.Layer] = None  # what evaluation runs when not the bare model (stage 3's wrapper)
 
 
-def sharding_configs(text: str, stage: int) -> set:
-    """PaddleNLP's space-separated ``sharding_parallel_config`` -> its words; a ConfigError naming the field otherwise.
-
-    >>> sorted(sharding_configs("split_param enable_stage1_tensor_fusion", 1))
-    ['enable_stage1_tensor_fusion', 'split_param']
-    """
-    words = {w for w in str(text or "").replace(",", " ").split() if w}
-    unknown = sorted(words - set(SHARDING_CONFIGS))
-    if unknown:
-        raise ConfigError(f"sharding_parallel_config={text!r}: {', '.join(unknown)} is not known: use any of "
-                          f"{', '.join(SHARDING_CONFIGS)}")
-    for word in sorted(words):
-        wanted = 2 if word == "enable_stage2_overlap" else 1
-        if stage and stage != wanted:
-            raise ConfigError(f"sharding_parallel_config={text!r}: {word} is for sharding stage{wanted}, "
-                              f"not stage{stage}: drop it or set {option('sharding', f'stage{wanted}')}")
-    return words
-
-
 def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
     """The ``grad_clip`` an optimizer must be built with: paddle's ``ClipGradByGlobalNorm`` when the layout
     clips inside the optimizer step (``layout.clips_in_optimizer``) and clipping is on, else None."""
@@ -76,12 +54,14 @@ def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
     return None
 
 
-def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_norm: float) -> Optional[paddle.Tensor]:
-    """The loop's clip: by the global norm here (returned as a device tensor), or None when paddle's optimizer
-    clips inside its step (sharding: the gradients are reduced, and split, only there)."""
+def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_norm: float,
+                     clip=clip_grad_norm) -> Optional[paddle.Tensor]:
+    """The loop's clip: by the global norm here with ``clip`` (the run's recipe: ours or PaddleNLP's arithmetic;
+    returned as a device tensor), or None when paddle's optimizer clips inside its step (sharding: the gradients
+    are reduced, and split, only there)."""
     if layout.clips_in_optimizer:
         return None
-    return clip_grad_norm(parameters, max_norm)
+    return clip(parameters, max_norm)
 
 
 def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=None) -> Parallelized:
@@ -107,7 +87,7 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         raise ConfigError("sharding needs the optimizer before the model is wrapped: pass Trainer(optimizer=...) "
                           "or let the trainer build it")
     _require_clip(layout, optimizer, args.max_grad_norm)
-    configs = sharding_configs(args.sharding_parallel_config, layout.sharding_stage)
+    configs = set(layout.sharding_options)
     _init_hybrid(layout, configs, args.gradient_accumulation_steps)
     logger.info("parallel layout: %s", layout.summary())
     if layout.sharding_stage == 1:
@@ -125,6 +105,15 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         optimizer._set_broadcast_overlap(True, model)
     # stage 3 keeps each rank's slice only: a forward must go through the wrapper, which gathers the parameters
     return Parallelized(model, optimizer, scaler, inference_model=model if layout.shards_parameters else None)
+
+
+def agreeing_scaler(layout: Layout, scaler):
+    """``scaler`` made to agree across ranks on skipping a step when the layout reduces gradients only inside the
+    optimizer step (sharding): a loss scaler with ``agree_across_ranks`` (callbacks.loss_scaler) sums its
+    non-finite flag over the ranks. Paddle's own GradScaler is wrapped by :func:`parallelize` instead."""
+    if layout.sharded and hasattr(scaler, "agree_across_ranks"):
+        scaler.agree_across_ranks = True
+    return scaler
 
 
 def _init_hybrid(layout: Layout, configs: set, accumulation: int) -> None:

@@ -28,6 +28,9 @@ from typing import Any, Optional
 from ..errors import ConfigError, option
 
 STAGES = ("stage1", "stage2", "stage3")
+#: PaddleNLP's ``sharding_parallel_config`` words that act here (trainer.parallel.apply)
+SHARDING_CONFIGS = ("enable_stage1_tensor_fusion", "enable_stage1_overlap", "enable_stage2_overlap", "split_param",
+                    "disable_stage1_reduce_avg")
 #: PaddleNLP's sharding words that are not stages
 SHARDING_FLAGS = ("offload",)
 
@@ -51,6 +54,25 @@ def parse_sharding(value) -> tuple:
     if offload and not stages:
         raise ConfigError(f"sharding={value!r}: offload needs a stage, e.g. {option('sharding', 'stage2 offload')}")
     return (stages[0] if stages else 0), offload
+
+
+def sharding_configs(text: str, stage: int) -> tuple:
+    """PaddleNLP's space-separated ``sharding_parallel_config`` -> its words; a ConfigError naming the field otherwise.
+
+    >>> sharding_configs("split_param enable_stage1_tensor_fusion", 1)
+    ('enable_stage1_tensor_fusion', 'split_param')
+    """
+    words = {w for w in str(text or "").replace(",", " ").split() if w}
+    unknown = sorted(words - set(SHARDING_CONFIGS))
+    if unknown:
+        raise ConfigError(f"sharding_parallel_config={text!r}: {', '.join(unknown)} is not known: use any of "
+                          f"{', '.join(SHARDING_CONFIGS)}")
+    for word in sorted(words):
+        wanted = 2 if word == "enable_stage2_overlap" else 1
+        if stage and stage != wanted:
+            raise ConfigError(f"sharding_parallel_config={text!r}: {word} is for sharding stage{wanted}, "
+                              f"not stage{stage}: drop it or set {option('sharding', f'stage{wanted}')}")
+    return tuple(sorted(words))
 
 
 def _degree(name: str, value) -> Optional[int]:
@@ -85,6 +107,7 @@ class Layout:
     pp_degree: int = 1          # pipeline parallel (issue 29)
     recompute: bool = False
     master_grad: bool = False   # amp_master_grad: float32 gradients (param.main_grad) beside low-precision weights
+    sharding_options: tuple = ()  # sharding_parallel_config's words (SHARDING_CONFIGS)
     # set when applied (paddle Group objects; fleet's HybridCommunicateGroup when the hybrid topology is used)
     dp_group: Any = field(default=None, repr=False, compare=False)
     sharding_group: Any = field(default=None, repr=False, compare=False)
@@ -94,7 +117,7 @@ class Layout:
     @classmethod
     def plan(cls, world_size: int = 1, rank: int = 0, sharding="", sharding_parallel_degree: int = -1,
              tensor_parallel_degree: int = -1, pipeline_parallel_degree: int = -1,
-             recompute: bool = False, master_grad: bool = False) -> "Layout":
+             recompute: bool = False, master_grad: bool = False, sharding_parallel_config: str = "") -> "Layout":
         """The layout the arguments ask for on ``world_size`` ranks; a ConfigError naming the field otherwise."""
         stage, offload = parse_sharding(sharding)
         mp = _degree("tensor_parallel_degree", tensor_parallel_degree) or 1
@@ -116,20 +139,25 @@ class Layout:
         if stage and sharding_degree == 1:
             stage = 0  # one rank of each shard holds everything: sharding is a no-op, plain data parallel
         dp = rest // sharding_degree
+        if master_grad and dp > 1 and not stage:
+            raise ConfigError(f"amp_master_grad with plain data parallel over {dp} ranks is not supported: its "
+                              "gradients would not be averaged across ranks; add sharding, e.g. "
+                              f"{option('sharding', 'stage1')}")
         if master_grad and stage >= 2 and dp > 1:
             raise ConfigError(f"amp_master_grad with sharding stage{stage} and data parallel ({dp} replicas) is not "
                               f"supported by paddle: set {option('sharding_parallel_degree', -1)} (shard over every rank) "
                               "or use stage1")
+        options = sharding_configs(sharding_parallel_config, stage)
         return cls(world_size=world_size, rank=rank, dp_degree=dp, sharding_degree=sharding_degree,
                    sharding_stage=stage, offload=offload and stage > 0, mp_degree=mp, pp_degree=pp,
-                   recompute=bool(recompute), master_grad=bool(master_grad))
+                   recompute=bool(recompute), master_grad=bool(master_grad), sharding_options=options)
 
     @classmethod
     def from_args(cls, args, world_size: int, rank: int = 0) -> "Layout":
         """:meth:`plan` from a :class:`trainer.TrainingArguments`."""
         return cls.plan(world_size, rank, args.sharding, args.sharding_parallel_degree,
                         args.tensor_parallel_degree, args.pipeline_parallel_degree, args.recompute,
-                        args.amp_master_grad)
+                        args.amp_master_grad, args.sharding_parallel_config)
 
     # ---- what the loop, callbacks, metrics and checkpoints ask --------------------
     @property

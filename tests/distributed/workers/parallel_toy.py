@@ -17,6 +17,7 @@ sys.path.append(TESTS)
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 
+from callbacks import Callback, NaNGuard  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
@@ -36,6 +37,16 @@ class Blocks(paddle.nn.Layer):
         for block in self.blocks:
             h = h + block(h)
         return self.head(h)
+
+
+class _NanGradient(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_backward_end(self, trainer):
+        if trainer.rank == 1 and trainer.state.global_step + 1 == self.step:
+            grad = trainer.model.head.weight.grad
+            paddle.assign(paddle.full_like(grad, float("nan")), output=grad)
 
 
 class Data(paddle.io.Dataset):
@@ -66,8 +77,13 @@ def main(out_dir, opts):
                              learning_rate=opts.get("lr", 1e-4), warmup_steps=2, lr_scheduler_type="linear", logging_steps=1,
                              max_grad_norm=opts.get("clip"), report_to=[], save_strategy="no",
                              evaluation_strategy="no", sharding=opts.get("sharding", ""),
-                             recompute=opts.get("recompute", False), device="cpu")
-    trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss())
+                             sharding_parallel_degree=opts.get("sharding_parallel_degree", -1),
+                             recompute=opts.get("recompute", False), device="cpu",
+                             **({"amp": "bf16", "amp_level": "O2", "amp_master_grad": True} if opts.get("master_grad") else {}))
+    callbacks = []
+    if opts.get("nan_grad_at_step"):  # a non-finite gradient on rank 1 only, in one step: NaNGuard() must skip it on all
+        callbacks = [NaNGuard(), _NanGradient(opts["nan_grad_at_step"])]
+    trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=callbacks)
     state = trainer.fit()
     metrics = trainer.evaluate(Data(n=40))  # stage 3: through the wrapper, which gathers the slices
     wrapped = trainer.model_wrapped
@@ -78,6 +94,7 @@ def main(out_dir, opts):
     with open(os.path.join(out_dir, f"result-rank{rank}.json"), "w") as f:
         json.dump({"layout": trainer.layout.describe(), "global_step": state.global_step,
                    "losses": [r["loss"] for r in state.log_history if "loss" in r], "eval_loss": metrics["eval_loss"],
+                   "skipped_steps": state.skipped_steps,
                    "optimizer": type(trainer.optimizer).__name__, "model": type(wrapped).__name__}, f)
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import REPO, ToyDataset, make_mlp
 
 from trainer import ConfigError, Trainer, TrainingArguments
+from trainer.checkpoint.fence import GENERATION_FILE
 from trainer.checkpoint.lock import JOB_ENV, LOCK_NAME, OWNER_ENV, RunLock
 
 RACE_TRIALS = int(os.environ.get("PTRAIN_LOCK_RACE_TRIALS", "40"))
@@ -140,7 +141,8 @@ def test_lock_never_exists_empty_and_names_its_owner(tmp_path):
         record = json.loads((tmp_path / LOCK_NAME).read_text())
         assert record["pid"] == os.getpid() and record["job"] == "job:test" and record["token"] == lock.token
         assert record["run"] == lock.run_id and lock.run_id
-        assert sorted(os.listdir(tmp_path)) == [LOCK_NAME]  # no temporary file left next to it
+        assert record["generation"] == 1 and (tmp_path / GENERATION_FILE).read_text() == "1\n"
+        assert sorted(os.listdir(tmp_path)) == [GENERATION_FILE, LOCK_NAME]  # no temporary file left next to it
     finally:
         lock.release()
 
@@ -293,9 +295,9 @@ def _live_record(**changes):
     return record
 
 
-def test_an_expired_lease_is_stale_even_when_its_pid_lives(tmp_path, caplog):
-    """A record whose lease expired is stale whoever reads it (here: its PID, ours, is alive)."""
-    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(renewed=time.time() - 31)))
+def test_an_expired_lease_is_stale_for_an_owner_that_cannot_be_checked(tmp_path, caplog):
+    """A record whose lease expired, of a process this one cannot check (another PID namespace), is stale."""
+    (tmp_path / LOCK_NAME).write_text(json.dumps(_live_record(pid=1, pidns="pid:[1]", renewed=time.time() - 31)))
     lock = RunLock(str(tmp_path)).acquire()
     try:
         assert lock.held and "its lease of 30 s expired" in caplog.text
@@ -358,6 +360,26 @@ def test_bad_lease_setting_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PTRAIN_LOCK_LEASE_SECONDS", "soon")
     with pytest.raises(ConfigError, match="PTRAIN_LOCK_LEASE_SECONDS='soon' is not a number of seconds"):
         RunLock(str(tmp_path)).acquire()
+    for value in ("inf", "Infinity", "nan", "-5", "0", "0.5", "1e9"):  # issue 32: inf waited forever, nan "up to nan s"
+        monkeypatch.setenv("PTRAIN_LOCK_LEASE_SECONDS", value)
+        with pytest.raises(ConfigError, match=rf"PTRAIN_LOCK_LEASE_SECONDS='{value}' is not a lease from 1 to 86400 "):
+            RunLock(str(tmp_path)).acquire()
+        assert not (tmp_path / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("lease", ["Infinity", "NaN", -1, 1e12, "soon"])
+def test_a_record_with_an_absurd_lease_is_read_as_the_default(tmp_path, caplog, lease):
+    """An older version wrote ``Infinity`` / ``NaN`` (issue 32: the next command waited forever): read as 30 s."""
+    from trainer.checkpoint.owner import judge, record_lease
+
+    record = _live_record(pid=1, pidns="pid:[1]", renewed=time.time() - 31)
+    text = json.dumps(record).replace('"lease": 30.0', f'"lease": {json.dumps(lease) if isinstance(lease, str) and lease == "soon" else lease}')
+    parsed = json.loads(text)
+    assert record_lease(parsed) == 30.0 and judge(parsed)[0] == "stale"
+    (tmp_path / LOCK_NAME).write_text(text)
+    lock = RunLock(str(tmp_path)).acquire()
+    lock.release()
+    assert "its lease of 30 s expired" in caplog.text
 
 
 def test_temporaries_of_a_live_holder_elsewhere_are_kept_until_its_lease_expires(tmp_path):

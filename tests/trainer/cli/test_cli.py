@@ -27,6 +27,9 @@ def test_run_digits_writes_results_and_checkpoints(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "completed" and results["test_accuracy"] > 0.8
     assert "eval_accuracy=" in out.stdout and "run directory:" in out.stdout
+    # one set of names for a run's speed, as fit()'s state.train_metrics and PaddleNLP's train() have them
+    assert results["train_runtime"] > 0 and results["train_samples_per_second"] > 0 and results["train_steps_per_second"] > 0
+    assert "train_seconds" not in results
     ckpts = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
     assert "latest" in ckpts
     inspect = ptrain("inspect", str(tmp_path / "run" / "checkpoints" / "latest"), cwd=tmp_path)
@@ -103,11 +106,17 @@ def test_debug_shows_the_traceback(tmp_path):
 
 def test_run_with_two_processes_through_paddle_launch(tmp_path):
     out = ptrain("run", "digits", "--nproc", "2", "--output_dir", "dp", "--num_train_epochs", "2",
-                 "--save_strategy", "no", "--disable_tqdm", "true", cwd=tmp_path)
+                 "--save_strategy", "no", "--disable_tqdm", "true", "--skip_memory_metrics", "false",
+                 "--eval_accumulation_steps", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "paddle.distributed.launch" in out.stderr
     results = json.loads((tmp_path / "dp" / "results.json").read_text())
-    assert results["status"] == "completed" and results["eval_samples"] == 270
+    assert results["status"] == "completed" and results["eval_samples"] == 270  # eval outputs moved to the host every 2
+    peaks = results["peak_memory_per_rank"]["peak_host_rss_mb"]  # each rank's, in rank order
+    assert len(peaks) == 2 and all(p > 50 for p in peaks)
+    logged = [json.loads(line) for line in (tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()]
+    train_logs = [r for r in logged if "loss" in r]
+    assert train_logs and all(r["peak_host_rss_mb"] >= max(peaks) * 0.5 for r in train_logs)  # the max over ranks
     assert sorted(f for f in os.listdir(tmp_path / "dp" / "launch_logs") if f.startswith("workerlog")) == ["workerlog.0", "workerlog.1"]
 
 

@@ -1,0 +1,193 @@
+"""The Open Inference Protocol (KServe v2, Triton's HTTP/REST API): request bodies to arrays, arrays to answers.
+
+An infer request is JSON, optionally followed by raw tensor bytes (the binary
+tensor data extension: the JSON's length is the ``Inference-Header-Content-Length``
+header, and an input with ``"parameters": {"binary_data_size": n}`` takes its
+next ``n`` bytes, row-major, little-endian)::
+
+    {"id": "7", "inputs": [{"name": "input", "shape": [2, 64], "datatype": "FP32", "data": [...]}],
+     "outputs": [{"name": "logits", "parameters": {"binary_data": true}}]}
+
+The answer names the model and lists every requested output (all of them when
+``outputs`` is absent) as ``{"name", "datatype", "shape", "data"}``, or with
+``"parameters": {"binary_data_size": n}`` and its bytes after the JSON when the
+output asked ``binary_data`` (or the request ``binary_data_output``). Every check
+raises :class:`~trainer.deploy.payload.BadRequest` with one line naming the
+field (``inputs[0] (input): ...``), answered 400 ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .payload import BadRequest, check_finite, parse_json, to_array
+
+DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+             "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
+             "FP32": "float32", "FP64": "float64"}
+TO_DATATYPE = {v: k for k, v in DATATYPES.items()}
+
+
+def datatype(dtype: str) -> str:
+    """The protocol's name of a numpy/paddle dtype name (``float32`` -> ``FP32``)."""
+    return TO_DATATYPE.get(str(np.dtype(dtype)), "BYTES")
+
+
+def tensor_metadata(name: str, dtype: str, shape: Optional[Sequence[int]]) -> dict:
+    return {"name": name, "datatype": datatype(dtype), "shape": [int(d) for d in (shape or [-1])]}
+
+
+class InferRequest:
+    """A parsed infer request: the arrays in the model's input order, rows, and what the answer must hold."""
+
+    def __init__(self, arrays: List[np.ndarray], rows: int, request_id: Optional[str], outputs: List[Tuple[str, bool]]):
+        self.arrays, self.rows, self.id, self.outputs = arrays, rows, request_id, outputs
+
+
+def split_body(body: bytes, header_length: Optional[str]) -> Tuple[Any, bytes]:
+    """``(the JSON object, the binary tail)`` of a request body (``header_length``: the header's text, or None)."""
+    if header_length is None:
+        return parse_json(body), b""
+    if not header_length.strip().isdigit() or int(header_length) > len(body):
+        raise BadRequest(f"Inference-Header-Content-Length {header_length!r} is not a byte count within the body of "
+                         f"{len(body)} bytes: give the length of the JSON part")
+    n = int(header_length)
+    return parse_json(body[:n]), body[n:]
+
+
+def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[str], max_rows: int,
+                allow_nonfinite: bool = False) -> InferRequest:
+    """Check a v2 infer request against the model's ``inputs`` spec; BadRequest with one line otherwise."""
+    if not isinstance(obj, dict):
+        raise BadRequest(f'the body must be a JSON object such as {{"inputs": [{{"name", "shape", "datatype", '
+                         f'"data"}}]}}, got a {type(obj).__name__}')
+    given = obj.get("inputs")
+    if not isinstance(given, list) or not given:
+        raise BadRequest('"inputs" must be a non-empty list of {"name", "shape", "datatype", "data"}: the model takes '
+                         + ", ".join(f"{s['name']} ({datatype(s['dtype'])})" for s in inputs))
+    by_name, offset = {}, 0
+    for i, tensor in enumerate(given):
+        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+            raise BadRequest(f"inputs[{i}]: expected an object with a string \"name\"")
+        if tensor["name"] in by_name:
+            raise BadRequest(f"inputs[{i}] ({tensor['name']}): the input is given twice")
+        array, offset = _tensor(tensor, f"inputs[{i}] ({tensor['name']})", tail, offset)
+        by_name[tensor["name"]] = array
+    if offset != len(tail):
+        raise BadRequest(f"the body has {len(tail) - offset} bytes after the inputs' binary data: send "
+                         "binary_data_size for every binary input and nothing more")
+    names = [s["name"] for s in inputs]
+    missing, unknown = [n for n in names if n not in by_name], [n for n in by_name if n not in names]
+    if missing or unknown:
+        raise BadRequest(f"inputs: the model takes inputs {names}; "
+                         + "; ".join(p for p in ("missing " + ", ".join(missing) if missing else "",
+                                                  "unknown " + ", ".join(unknown) if unknown else "") if p))
+    arrays = []
+    for spec in inputs:
+        field = f"inputs ({spec['name']})"
+        array = by_name[spec["name"]]
+        if str(array.dtype) != str(np.dtype(spec["dtype"])):
+            raise BadRequest(f"{field}: datatype {datatype(str(array.dtype))}, the model takes "
+                             f"{datatype(spec['dtype'])}")
+        arrays.append(to_array(array, spec, field, max_rows))
+        if not allow_nonfinite:
+            check_finite(arrays[-1], field)
+    rows = {a.shape[0] for a in arrays}
+    if len(rows) > 1:
+        raise BadRequest("inputs: every input needs the same first dimension (batch), got "
+                         + ", ".join(f"{n}: {a.shape[0]}" for n, a in zip(names, arrays)))
+    return InferRequest(arrays, rows.pop(), _request_id(obj), _outputs(obj, output_names))
+
+
+def _tensor(tensor: dict, field: str, tail: bytes, offset: int) -> Tuple[np.ndarray, int]:
+    kind = tensor.get("datatype")
+    if kind not in DATATYPES:
+        raise BadRequest(f"{field}: datatype {kind!r} is not served: give one of {', '.join(DATATYPES)}")
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise BadRequest(f"{field}: \"shape\" must be a list of sizes >= 0, e.g. [1, 64], got {shape!r}")
+    dtype = np.dtype(DATATYPES[kind])
+    count = int(np.prod(shape))
+    params = tensor.get("parameters") or {}
+    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(tail):
+            raise BadRequest(f"{field}: binary_data_size {size!r} runs past the body's {len(tail)} binary bytes")
+        if size != count * dtype.itemsize:
+            raise BadRequest(f"{field}: binary_data_size {size} is not shape {shape} x {dtype.itemsize} bytes of "
+                             f"{kind} ({count * dtype.itemsize})")
+        array = np.frombuffer(tail, dtype=dtype.newbyteorder("<"), count=count, offset=offset).astype(dtype)
+        return array.reshape(shape), offset + size
+    if "data" not in tensor:
+        raise BadRequest(f"{field}: \"data\" is missing (or give parameters.binary_data_size with "
+                         "Inference-Header-Content-Length)")
+    try:
+        raw = np.asarray(tensor["data"])
+    except (ValueError, TypeError, RecursionError):
+        raise BadRequest(f"{field}: \"data\" is not a regular (flat or nested) list") from None
+    if raw.dtype == object or raw.dtype.kind in "USV":
+        raise BadRequest(f"{field}: \"data\" holds strings, nulls or mixed types: send {kind} values")
+    if raw.size != count:
+        raise BadRequest(f"{field}: \"data\" has {raw.size} values, shape {shape} needs {count}")
+    if dtype.kind in "iu" and raw.size and raw.dtype.kind not in "iub":
+        raise BadRequest(f"{field}: datatype {kind} takes integers, got numbers with a fraction or exponent")
+    if dtype.kind == "b" and raw.size and raw.dtype.kind != "b":
+        raise BadRequest(f"{field}: datatype BOOL takes true/false")
+    if dtype.kind in "iu" and raw.size:
+        info = np.iinfo(dtype)
+        if raw.min() < info.min or raw.max() > info.max:
+            raise BadRequest(f"{field}: a value is out of the range of {kind}")
+    with np.errstate(over="ignore"):
+        return raw.astype(dtype).reshape(shape), offset
+
+
+def _request_id(obj: dict) -> Optional[str]:
+    rid = obj.get("id")
+    return None if rid is None else str(rid)
+
+
+def _outputs(obj: dict, names: List[str]) -> List[Tuple[str, bool]]:
+    params = obj.get("parameters") if isinstance(obj.get("parameters"), dict) else {}
+    binary_all = bool(params.get("binary_data_output", False))
+    asked = obj.get("outputs")
+    if asked is None:
+        return [(n, binary_all) for n in names]
+    if not isinstance(asked, list):
+        raise BadRequest('"outputs" must be a list of {"name", "parameters"}')
+    out = []
+    for i, item in enumerate(asked):
+        name = item.get("name") if isinstance(item, dict) else None
+        if name not in names:
+            raise BadRequest(f"outputs[{i}]: the model has no output {name!r}: it has {', '.join(names)}")
+        p = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
+        if p.get("classification"):
+            raise BadRequest(f"outputs[{i}] ({name}): the classification extension is not served: ask for the "
+                             "tensor")
+        out.append((name, bool(p.get("binary_data", binary_all))))
+    return out
+
+
+def infer_response(model: str, version: str, request: InferRequest, outputs: Dict[str, np.ndarray]) -> Tuple[bytes, dict]:
+    """``(body, headers)`` of the answer: JSON, then the binary outputs' bytes when any were asked."""
+    listed, blobs = [], []
+    for name, binary in request.outputs:
+        array = outputs[name]
+        entry = {"name": name, "datatype": datatype(str(array.dtype)), "shape": list(array.shape)}
+        if binary:
+            blob = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = array.reshape(-1).tolist()
+        listed.append(entry)
+    head = {"model_name": model, "model_version": version, "outputs": listed}
+    if request.id is not None:
+        head["id"] = request.id
+    text = json.dumps(head, allow_nan=True, separators=(",", ":")).encode()
+    if not blobs:
+        return text, {"content-type": "application/json"}
+    return text + b"".join(blobs), {"content-type": "application/octet-stream",
+                                    "inference-header-content-length": str(len(text))}
