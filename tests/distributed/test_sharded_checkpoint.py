@@ -10,8 +10,8 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import launch
-from sharded_trials import STOP, WORKER, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, run_one
+from sharded_trials import (STOP, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, launch_fresh,
+                            run_one)
 
 from trainer import DataError
 from trainer.checkpoint.manifest import read_verified, verify
@@ -25,17 +25,15 @@ pytestmark = pytest.mark.timeout(1800)  # the runs of the module fixture happen 
 def runs(tmp_path_factory):
     base = str(tmp_path_factory.mktemp("shard"))
     d = {name: os.path.join(base, name) for name in ("full", "async", "part", "s1s1", "s1plain1", "s1s2", "p1", "p1s2")}
-    launch(WORKER, [d["full"], "full", "stage1"], 2, d["full"] + "-log")
-    launch(WORKER, [d["async"], "full", "stage1", 0, "-", "async"], 2, d["async"] + "-log")
-    launch(WORKER, [d["part"], "part", "stage1", STOP], 2, d["part"] + "-log")
-    for name in ("s1s1", "s1plain1", "s1s2"):
-        shutil.copytree(d["part"], d[name])
-    launch(WORKER, [d["s1s1"], "res", "stage1", 0, "auto"], 2, d["s1s1"] + "-log")
+    launch_fresh([d["full"], "full", "stage1"], 2, d["full"] + "-log")
+    launch_fresh([d["async"], "full", "stage1", 0, "-", "async"], 2, d["async"] + "-log")
+    launch_fresh([d["part"], "part", "stage1", STOP], 2, d["part"] + "-log")
+    shutil.copytree(d["part"], d["s1plain1"])
+    launch_fresh([d["s1s1"], "res", "stage1", 0, "auto"], 2, d["s1s1"] + "-log", copy_from=d["part"])
     d["s1plain1-log"] = run_one([d["s1plain1"], "res", "plain", 0, "auto"])
-    launch(WORKER, [d["s1s2"], "res", "stage2", 0, "auto"], 2, d["s1s2"] + "-log")
+    launch_fresh([d["s1s2"], "res", "stage2", 0, "auto"], 2, d["s1s2"] + "-log", copy_from=d["part"])
     run_one([d["p1"], "part", "plain", STOP])
-    shutil.copytree(d["p1"], d["p1s2"])
-    launch(WORKER, [d["p1s2"], "res", "stage2", 0, "auto"], 2, d["p1s2"] + "-log")
+    launch_fresh([d["p1s2"], "res", "stage2", 0, "auto"], 2, d["p1s2"] + "-log", copy_from=d["p1"])
     return d
 
 

@@ -10,8 +10,8 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import launch
-from sharded_trials import STOP, WORKER, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, result, run_one
+from sharded_trials import (STOP, assert_continues_exactly, assert_export_is_the_merged_model, checkpoint, launch_fresh,
+                            result, run_one)
 
 from trainer.checkpoint.manifest import verify
 
@@ -23,16 +23,14 @@ pytestmark = pytest.mark.timeout(1800)  # the runs of the module fixture happen 
 def runs(tmp_path_factory):
     base = str(tmp_path_factory.mktemp("stage3"))
     d = {name: os.path.join(base, name) for name in ("full", "part", "s3s3", "s3plain1", "s3s1", "p1", "p1s3")}
-    launch(WORKER, [d["full"], "full", "stage3:wide"], 2, d["full"] + "-log")
-    launch(WORKER, [d["part"], "part", "stage3:wide", STOP], 2, d["part"] + "-log")
-    for name in ("s3s3", "s3plain1", "s3s1"):
-        shutil.copytree(d["part"], d[name])
-    launch(WORKER, [d["s3s3"], "res", "stage3:wide", 0, "auto"], 2, d["s3s3"] + "-log")
+    launch_fresh([d["full"], "full", "stage3:wide"], 2, d["full"] + "-log")
+    launch_fresh([d["part"], "part", "stage3:wide", STOP], 2, d["part"] + "-log")
+    shutil.copytree(d["part"], d["s3plain1"])
+    launch_fresh([d["s3s3"], "res", "stage3:wide", 0, "auto"], 2, d["s3s3"] + "-log", copy_from=d["part"])
     run_one([d["s3plain1"], "res", "plain:wide", 0, "auto"])
-    launch(WORKER, [d["s3s1"], "res", "stage1:wide", 0, "auto"], 2, d["s3s1"] + "-log")
+    launch_fresh([d["s3s1"], "res", "stage1:wide", 0, "auto"], 2, d["s3s1"] + "-log", copy_from=d["part"])
     run_one([d["p1"], "part", "plain:wide", STOP])
-    shutil.copytree(d["p1"], d["p1s3"])
-    launch(WORKER, [d["p1s3"], "res", "stage3:wide", 0, "auto"], 2, d["p1s3"] + "-log")
+    launch_fresh([d["p1s3"], "res", "stage3:wide", 0, "auto"], 2, d["p1s3"] + "-log", copy_from=d["p1"])
     return d
 
 
