@@ -76,9 +76,16 @@ def assert_export_is_the_merged_model(out: str) -> None:
 PADDLE_STARTUP_CRASH = ("uv__finish_close", "TCPServer::create")
 
 
+#: paddle's group_sharded stages 2/3 on CPU run through the test-only shim; under a loaded machine a worker of
+#: them was seen to die of SIGSEGV twice in about 40 launches (once right after stage 2's set-up, before any
+#: save), never in 5 reruns of the same trial alone. Only those runs get one retry for it.
+SHIM_CRASH = "Exit code -11"
+
+
 def launch_fresh(args, nproc: int, log_dir: str, copy_from=None) -> None:
     """``launch`` the worker with output_dir ``args[0]`` (copied from ``copy_from`` first); once more, from a fresh
-    copy, when paddle crashed while starting (:data:`PADDLE_STARTUP_CRASH`), never for any other failure."""
+    copy, when paddle crashed while starting (:data:`PADDLE_STARTUP_CRASH`) or, in a stage 2/3 run through the
+    shim, died of SIGSEGV (:data:`SHIM_CRASH`); never for any other failure."""
     import shutil
 
     from helpers import launch
@@ -92,5 +99,6 @@ def launch_fresh(args, nproc: int, log_dir: str, copy_from=None) -> None:
             launch(WORKER, args, nproc, f"{log_dir}-{attempt}")
             return
         except AssertionError as exc:
-            if attempt == 2 or not any(sign in str(exc) for sign in PADDLE_STARTUP_CRASH):
+            signs = PADDLE_STARTUP_CRASH + ((SHIM_CRASH,) if str(args[2]).startswith(("stage2", "stage3")) else ())
+            if attempt == 2 or not any(sign in str(exc) for sign in signs):
                 raise
