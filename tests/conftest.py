@@ -70,6 +70,8 @@ if os.environ.get("PTRAIN_TEST_CPU"):
 # that ended on one of them would leave the other workers idle for its last minutes. The order of the tests
 # inside a file is kept.
 LONGEST_FIRST = (
+    "tests/distributed/test_sharded_checkpoint.py",     # 300 s (9 two-process launches)
+    "tests/distributed/test_sharded_checkpoint_stage3.py",  # 280
     "tests/distributed/test_elastic.py",                # 270 s
     "tests/parallel/test_parity_stage2_stage3.py",      # 270
     "tests/parallel/test_parity_dp_stage1.py",          # 250

@@ -29,10 +29,11 @@ from . import distributed as dist
 from .args import TrainingArguments
 from .auto_batch import AutoBatch
 from .checkpoint import writer as ckpt_writer
-from .checkpoint.load import load_checkpoint
+from .checkpoint.load import load_checkpoint, reslice_optimizer
 from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
 from .checkpoint.resume import prepare_resume, resume_after_restart
+from .checkpoint.sharded import write as write_checkpoint
 from .checkpoint.snapshot import snapshot
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
@@ -389,6 +390,7 @@ class Trainer(PaddleNLPAPI):
         if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
             self.grad_scaler = applied.scaler
         self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
+        reslice_optimizer(self)  # a resumed optimizer state, cut to the slices sharding stage 3 holds
 
     @staticmethod
     def _quietly(action) -> None:
@@ -687,10 +689,11 @@ class Trainer(PaddleNLPAPI):
         if settle is not None:  # a batch read ahead that drew randomness is undone: the RNGs saved are the step's
             settle()
         snap = snapshot(self)
-        if self.is_main_process:
+        if snap:  # rank 0; every rank when the ranks hold different state (trainer.checkpoint.sharded)
             self._writer.wait()
-            ckpt_writer.remove_stale_temporaries(root)
-            self._writer.submit(lambda: ckpt_writer.write_snapshot(snap, final, None if path else root),
+            if self.is_main_process:
+                ckpt_writer.remove_stale_temporaries(root)
+            self._writer.submit(lambda: write_checkpoint(snap, final, None if path else root),
                                 background=self.args.save_async)
         self.state.last_checkpoint = final
         self.fire(Event.SAVE_END)

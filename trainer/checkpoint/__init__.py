@@ -2,11 +2,13 @@
 
 Owns: the checkpoint format and its checks (``manifest``), the directory of
 checkpoints and the choice of the one to resume (``store``), what a checkpoint
-holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``),
-restoring a trainer (``load``), what may change on resume (``resume``; the training data's
-fingerprint: ``fingerprint``), and the
-output_dir's owner (``owner``: who a process is and whether it lives; ``lock``, ``output_dir``;
-``fence``: the owner's generation, checked before every write that publishes a file).
+holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``; a sharded
+run's shards, every rank its own at once: ``sharded``), the sharded format that
+reshards onto any layout (``shards``: who writes what, putting tensors together;
+``slices``: sharding stage 3's sliced parameters), restoring a trainer (``load``),
+what may change on resume (``resume``; the training data's fingerprint: ``fingerprint``),
+and the output_dir's owner (``owner``: who a process is and whether it lives; ``lock``,
+``output_dir``; ``fence``: the owner's generation, checked before every write that publishes a file).
 
 May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``, ``trainer.ranks``,
 ``trainer.tensors``, ``trainer.data``); never the loop itself, the launcher,

@@ -9,9 +9,10 @@ import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
-from .manifest import VerifiedCheckpoint
+from .manifest import VerifiedCheckpoint, read_verified
 from .resume import plan_world_size
 from .rng import set_rng_state
+from .slices import sliced_optimizer_state, split_parameters
 from .snapshot import join_optimizer_state, param_name_map
 from .store import resolve_read
 
@@ -31,19 +32,14 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         return None
     resolved, meta, model_state, opt_tensors = ckpt.path, ckpt.meta, ckpt.model_state, ckpt.opt_tensors
     own = trainer.model.state_dict()
-    missing = sorted(set(own) - set(model_state))
-    unexpected = sorted(set(model_state) - set(own))
-    mismatched = sorted(k for k in set(own) & set(model_state) if list(own[k].shape) != list(model_state[k].shape))
-    if missing or unexpected or mismatched:
-        detail = "; ".join(part for part in (
-            f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
-            f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
-        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
+    _check_model(own, model_state, resolved)
     try:
         adapt_to_world_size(trainer, meta)
         trainer.model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in model_state.items()})
         names = param_name_map(trainer.model)
-        trainer.optimizer.set_state_dict(join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names))
+        opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
+        trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
+        trainer.optimizer.set_state_dict(opt_state)
         if trainer.lr_scheduler is not None and meta["lr_scheduler"] is not None:
             trainer.lr_scheduler.set_state_dict(meta["lr_scheduler"])
         trainer.state.load_state_dict(meta["state"])
@@ -65,6 +61,45 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         logger.warning(
             "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
     return resolved
+
+
+def _check_model(own: dict, model_state: dict, resolved: str) -> None:
+    missing = sorted(set(own) - set(model_state))
+    unexpected = sorted(set(model_state) - set(own))
+    mismatched = sorted(k for k in set(own) & set(model_state) if list(own[k].shape) != list(model_state[k].shape))
+    if missing or unexpected or mismatched:
+        detail = "; ".join(part for part in (
+            f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
+            f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
+        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
+
+
+def load_weights(model: paddle.nn.Layer, path: str) -> str:
+    """Put a checkpoint's model weights, whole, into ``model`` (a bare layer); returns the checkpoint's path.
+
+    Any format and layout: a sharded checkpoint's shards are verified and put together. What an export of a run
+    whose parameters lived in slices (sharding stage 3) starts from, on one process::
+
+        load_weights(model, "out/checkpoints/step-1000")
+        Trainer(model, TrainingArguments(output_dir="out"), train_dataset=data).export()
+    """
+    ckpt = read_verified(path)
+    own = model.state_dict()
+    _check_model(own, ckpt.model_state, ckpt.path)
+    model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()})
+    return ckpt.path
+
+
+def reslice_optimizer(trainer) -> None:
+    """After the layout is applied: give a sharding stage 3 optimizer the resumed states of its sliced parameters
+    as the ranges this rank holds (``trainer.checkpoint.slices``); then let the whole states go."""
+    state = getattr(trainer, "resumed_optimizer_state", None)
+    trainer.resumed_optimizer_state = None
+    if state is None:
+        return
+    split = split_parameters(trainer.model, getattr(trainer.layout, "sharding_rank", 0))
+    if split:
+        trainer.optimizer.set_state_dict(sliced_optimizer_state(split, state))
 
 
 def adapt_to_world_size(trainer, meta: dict) -> None:

@@ -13,6 +13,10 @@ Layout of ``output_dir/checkpoints/step-<N>/``::
                             last. A format_version other than SUPPORTED_FORMAT_VERSIONS
                             makes verify() refuse the checkpoint.
 
+A layout whose ranks hold different state (sharding) writes format 2 instead: ``trainer.json``,
+one ``shard-RRRRR-of-WWWWW.safetensors`` per rank in place of the two tensor files, and a manifest
+that also records the layout and the ``tensors`` index that reassembles them (``shards``).
+
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
 checkpoint cannot run code. :func:`verify` checks every file against the
 manifest; :func:`read_verified` reads each file once, hashing it while it is
@@ -35,9 +39,10 @@ from safetensors.numpy import load as np_load_bytes
 from safetensors.numpy import load_file as np_load_file
 
 from ..errors import DataError
+from .shards import SHARDED_FORMAT_VERSION, assemble, check_index
 
 FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)  # manifests this code reads; any other version is refused by verify()
+SUPPORTED_FORMAT_VERSIONS = (1, SHARDED_FORMAT_VERSION)  # manifests this code reads; any other version is refused by verify()
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
@@ -106,9 +111,16 @@ def read_manifest(path: str) -> dict:
         with open(manifest_path, encoding="utf-8") as f:
             manifest = json.load(f)
         files = manifest["files"]
-        if not isinstance(files, dict) or not {"model.safetensors", "trainer.json"} <= set(files):
-            raise ValueError("it lists no model.safetensors or trainer.json")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        sharded = manifest.get("format_version") == SHARDED_FORMAT_VERSION
+        needed = {"trainer.json"} if sharded else {"model.safetensors", "trainer.json"}
+        if not isinstance(files, dict) or not needed <= set(files):
+            raise ValueError(f"it lists no {' or '.join(sorted(needed))}")
+        if sharded:
+            check_index(manifest.get("tensors"))
+            unlisted = sorted({p["file"] for e in manifest["tensors"].values() for p in e["parts"]} - set(files))
+            if unlisted:
+                raise ValueError(f"its tensors are in files it does not list: {unlisted[:3]}")
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
     version = manifest.get("format_version")
     if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
@@ -125,11 +137,14 @@ def read_manifest(path: str) -> dict:
 
 def _checked_bytes(path: str, name: str, meta: dict, keep: bool) -> Optional[bytearray]:
     full = os.path.join(path, name)
+    whose = f" (the shard of rank {meta['rank']})" if isinstance(meta.get("rank"), int) else ""
     if not os.path.isfile(full) or os.path.getsize(full) != meta["bytes"]:
-        raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
+        raise DataError(f"checkpoint file {full}{whose} is missing or does not match its manifest: the checkpoint is "
+                        "damaged")
     data, digest = read_hashed(full, keep)
     if digest != meta["sha256"] or (keep and len(data) != meta["bytes"]):
-        raise DataError(f"checkpoint file {full} is missing or does not match its manifest: the checkpoint is damaged")
+        raise DataError(f"checkpoint file {full}{whose} is missing or does not match its manifest: the checkpoint is "
+                        "damaged")
     return data
 
 
@@ -162,9 +177,12 @@ def read_verified(path: str) -> VerifiedCheckpoint:
     data = {name: _checked_bytes(path, name, meta, keep=True) for name, meta in manifest["files"].items()}
     try:
         meta = json.loads(bytes(data["trainer.json"]).decode("utf-8"))
-        model_state = tensors_from_buffer(data.pop("model.safetensors"))
-        opt = data.pop("optimizer.safetensors", None)
-        opt_tensors = tensors_from_buffer(opt) if opt is not None else np_load_file(os.path.join(path, "optimizer.safetensors"))
+        if manifest["format_version"] == SHARDED_FORMAT_VERSION:  # every shard verified above: put them together
+            model_state, opt_tensors = assemble(manifest["tensors"], lambda name: tensors_from_buffer(data[name]))
+        else:
+            model_state = tensors_from_buffer(data.pop("model.safetensors"))
+            opt = data.pop("optimizer.safetensors", None)
+            opt_tensors = tensors_from_buffer(opt) if opt is not None else np_load_file(os.path.join(path, "optimizer.safetensors"))
         for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
             meta[key]  # noqa: B018 - presence check
         if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):

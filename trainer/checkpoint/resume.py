@@ -65,6 +65,8 @@ MAY_CHANGE = frozenset({
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level
     "auto_find_batch_size", "eval_accumulation_steps", "skip_memory_metrics",  # how, not what, is trained
     "logging_dir", "run_name", "wandb_api_key",  # where and how the trackers write (callbacks.tracking)
+    # the layout: a checkpoint reshards onto any of them (trainer.checkpoint.shards); recompute gives equal gradients
+    "sharding", "sharding_parallel_degree", "sharding_parallel_config", "recompute", "recompute_modules",
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")

@@ -1,14 +1,18 @@
 """What a checkpoint holds, copied to host memory at the step: :func:`snapshot` (a collective).
 
-Rank-local state (RNG) of every rank is gathered to rank 0; the rest is
-replicated and taken from rank 0. Optimizer tensors are keyed by structured
-parameter names (``fc.weight``), not paddle's unique names, so a checkpoint
-loads into a model built again.
+Rank-local state (RNG) of every rank is gathered to rank 0. When every rank holds the same tensors
+(plain data parallel) the rest is taken from rank 0, which writes it alone; when the ranks hold
+different tensors (sharding: each rank the optimizer states it owns, or slices), each rank copies
+the tensors it writes into its own shard (``trainer.checkpoint.shards`` decides which). Optimizer
+tensors are keyed by structured parameter names (``fc.weight``), not paddle's unique names, so a
+checkpoint loads into a model built again.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -19,6 +23,8 @@ from ..tensors import to_numpy
 from .fingerprint import data_fingerprint
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
+from .shards import digest, holdings, plan, shard_file, written_by
+from .slices import split_parameters, take_slices
 
 
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
@@ -30,8 +36,8 @@ def param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
     return {p.name: name for name, p in model.named_parameters()}
 
 
-def _split_optimizer_state(opt_state: dict, names: Dict[str, str]) -> Tuple[dict, dict]:
-    """Tensors (renamed to structured names) and JSON scalars of an optimizer state_dict."""
+def _split_optimizer_state(opt_state: dict, names: Dict[str, str], convert=_to_numpy) -> Tuple[dict, dict]:
+    """Tensors (renamed to structured names, passed through ``convert``) and JSON scalars of an optimizer state_dict."""
     tensors, scalars = {}, {}
     by_len = sorted(names, key=len, reverse=True)
 
@@ -46,9 +52,9 @@ def _split_optimizer_state(opt_state: dict, names: Dict[str, str]) -> Tuple[dict
             scalars[key] = value
         elif key == "master_weights" and isinstance(value, dict):
             for raw, t in value.items():
-                tensors["master:" + names.get(raw, raw)] = _to_numpy(t)
+                tensors["master:" + names.get(raw, raw)] = convert(t)
         elif isinstance(value, paddle.Tensor):
-            tensors[rename(key)] = _to_numpy(value)
+            tensors[rename(key)] = convert(value)
         else:
             scalars[key] = value
     return tensors, scalars
@@ -80,36 +86,75 @@ def snapshot(trainer) -> dict:
     """Copy everything a checkpoint holds to host memory (the only part that runs at the step).
 
     A collective: every rank must call it. Rank-local state (RNG) of every
-    rank is gathered to rank 0; the rest is replicated and taken from rank 0.
+    rank is gathered to rank 0. Returns what this rank writes: ``{}`` on ranks
+    that write nothing (every rank but 0 when all hold the same state).
     """
-    rank_states = _gather_json(rng_state())
-    loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
-    if not dist.is_main_process():
-        return {}
-    model = trainer.model
+    model, layout = trainer.model, getattr(trainer, "layout", None)
     names = param_name_map(model)
-    opt_tensors, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names)
-    scheduler = trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None
+    split = split_parameters(model, getattr(layout, "sharding_rank", 0))  # sharding stage 3's sliced parameters
+    names.update({"slice@" + s.param.name: name for name, s in split.items()})
+    model_live = model.state_dict()
+    opt_live, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names, convert=lambda t: t)
+    slices = take_slices(split, model_live, opt_live)
+    if hasattr(layout, "checkpoint_slices"):  # a layout that cuts tensors itself (tensor / pipeline parallel)
+        slices.update(layout.checkpoint_slices())
+    held = holdings(model_live, opt_live)
+    ranks = _gather_json({"rng": rng_state(), "held": digest(held, slices), "cut": bool(slices), "pid": os.getpid(),
+                          "token": time.time_ns()})
+    loss_window = _loss_window(trainer)  # a collective too: the partial logging window, averaged over ranks
+    sharded = len({r["held"] for r in ranks}) > 1 or any(r["cut"] for r in ranks)  # the same on every rank
+    if sharded:  # one more collective: what every rank holds, to plan who writes what
+        everything = _gather_json({"held": held, "slices": slices, "scalars": _plain(opt_scalars)})
+        index = plan([e["held"] for e in everything], [e["slices"] for e in everything])
+        for e in reversed(everything):  # scalars of every rank's optimizer; rank 0's where they differ
+            opt_scalars.update(e["scalars"])
+        rank = dist.get_rank()
+        snap = {"shard": {"rank": rank, "world_size": len(ranks), "file": shard_file(rank, len(ranks)),
+                          "writer_pid": ranks[0]["pid"], "token": ranks[0]["token"]},
+                "tensors": {k: _host_copy(model_live if k.startswith("model/") else opt_live, k.split("/", 1)[1])
+                            for k in written_by(index, rank)},
+                "step": trainer.state.global_step, "run_id": trainer.state.run_id}
+        if rank != 0:
+            return snap
+    elif not dist.is_main_process():
+        return {}
+    meta = _meta(trainer, opt_scalars, [r["rng"] for r in ranks], loss_window)
+    meta["layout"] = {"world_size": trainer.world_size, "sharded": sharded,
+                      **(_plain(layout.describe()) if hasattr(layout, "describe") else {})}
+    if sharded:
+        snap.update(meta=meta, index=index)
+        return snap
     return {
-        "model": {k: _to_numpy(v) for k, v in model.state_dict().items()},
-        "optimizer": opt_tensors,
-        "meta": {
-            "format_version": FORMAT_VERSION,
-            "optimizer_scalars": _plain(opt_scalars),
-            "lr_scheduler": _plain(scheduler),
-            "state": trainer.state.state_dict(),
-            "callbacks": _plain(trainer.callbacks.state_dict()),
-            "rng_per_rank": rank_states,
-            "args": trainer.args.to_dict(),
-            "world_size": trainer.world_size,
-            "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
-            "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
-            "loss_window": loss_window,
-            "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
-            "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
-        },
+        "model": {k: _to_numpy(v) for k, v in model_live.items()},
+        "optimizer": {k: _to_numpy(v) for k, v in opt_live.items()},
+        "meta": meta,
         "step": trainer.state.global_step,
         "run_id": trainer.state.run_id,
+    }
+
+
+def _host_copy(tensors: dict, name: str) -> np.ndarray:
+    value = tensors[name]
+    return _to_numpy(value) if isinstance(value, paddle.Tensor) else np.asarray(value)
+
+
+def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[dict]) -> dict:
+    """trainer.json: everything but the tensors."""
+    scheduler = trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None
+    return {
+        "format_version": FORMAT_VERSION,
+        "optimizer_scalars": _plain(opt_scalars),
+        "lr_scheduler": _plain(scheduler),
+        "state": trainer.state.state_dict(),
+        "callbacks": _plain(trainer.callbacks.state_dict()),
+        "rng_per_rank": rank_states,
+        "args": trainer.args.to_dict(),
+        "world_size": trainer.world_size,
+        "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
+        "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
+        "loss_window": loss_window,
+        "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
+        "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
     }
 
 

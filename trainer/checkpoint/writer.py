@@ -101,7 +101,7 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
 
     An OSError becomes a TrainingError naming the file (a full disk, a read-only directory).
     """
-    owner_dir = os.path.dirname(os.path.dirname(os.path.abspath(final)))  # output_dir of checkpoints/step-N
+    owner_dir = owner_dir_of(final)
     try:
         fence.check(owner_dir)  # a run that lost its output_dir writes nothing, not even a temporary
         _write_checkpoint(snap, final, owner_dir)
@@ -110,13 +110,36 @@ def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:
             write_run_id(publish_root, snap.get("run_id", ""))  # the run these checkpoints belong to
             _publish_latest(publish_root, os.path.basename(final))
     except OSError as exc:
-        fence.check(owner_dir)  # taken over mid-save (an overwrite moved checkpoints/ away): say that instead
-        where = exc.filename or final
-        why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
-                            f"kept: free space or fix the permissions, then resume with "
-                            f"{option('resume_from_checkpoint', 'auto')}") from exc
+        raise save_failed(exc, final, owner_dir) from exc
     return final
+
+
+def owner_dir_of(final: str) -> str:
+    """The output_dir a checkpoint ``final`` (``OUTPUT_DIR/checkpoints/step-N``) belongs to: what the fence guards."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(final)))
+
+
+def save_failed(exc: OSError, final: str, owner_dir: str) -> TrainingError:
+    """The one line for an OSError while saving ``final``: the file, why, and that the previous checkpoints are kept
+    (an output_dir taken over mid-save raises that instead: :func:`fence.check`)."""
+    fence.check(owner_dir)  # taken over mid-save (an overwrite moved checkpoints/ away): say that instead
+    where = exc.filename or final
+    why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return TrainingError(f"saving checkpoint {final} failed: {why} writing {where}; the previous checkpoints are "
+                         f"kept: free space or fix the permissions, then resume with "
+                         f"{option('resume_from_checkpoint', 'auto')}")
+
+
+def save_tensors(arrays: dict, target: str) -> None:
+    """``arrays`` to the safetensors file ``target``; an OSError naming ``target`` when the disk refuses."""
+    try:
+        np_save_file(arrays, target)
+    except Exception as exc:  # safetensors raises its own error, without the file's name
+        found = re.search(r"os error (\d+)", str(exc))
+        code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
+        if not code:
+            raise
+        raise OSError(code, os.strerror(code), target) from exc
 
 
 def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
@@ -127,15 +150,7 @@ def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
     os.makedirs(tmp)
     try:
         for part in ("model", "optimizer"):
-            target = os.path.join(tmp, f"{part}.safetensors")
-            try:
-                np_save_file(snap[part], target)
-            except Exception as exc:  # safetensors raises its own error, without the file's name
-                found = re.search(r"os error (\d+)", str(exc))
-                code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
-                if not code:
-                    raise
-                raise OSError(code, os.strerror(code), target) from exc
+            save_tensors(snap[part], os.path.join(tmp, f"{part}.safetensors"))
         _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
@@ -146,19 +161,26 @@ def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
             "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
         _fsync_file(os.path.join(tmp, MANIFEST))
-        _fsync_dir(tmp)
-        old = None
-        with fence.fenced(owner_dir):  # still this run's output_dir, and no takeover until renamed
-            if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
-                old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
-                os.rename(final, old)
-            os.rename(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        _fsync_dir(parent)
+        move_into_place(tmp, final, owner_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def move_into_place(tmp: str, final: str, owner_dir: str) -> None:
+    """Rename the complete temporary directory ``tmp`` (its manifest written last) to ``final``, durably, under the
+    fence: only while ``owner_dir`` is still this run's."""
+    parent = os.path.dirname(os.path.abspath(final))
+    _fsync_dir(tmp)
+    old = None
+    with fence.fenced(owner_dir):  # still this run's output_dir, and no takeover until renamed
+        if os.path.exists(final):  # re-saving the same step: move the old one aside, then replace
+            old = os.path.join(parent, f".old-{os.path.basename(final)}-{os.getpid()}")
+            os.rename(final, old)
+        os.rename(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(parent)
 
 
 def remove_stale_temporaries(root: str) -> None:

@@ -172,6 +172,38 @@ def _tensor_line(path: str, label: str) -> Optional[str]:
     return f"  {label}: {len(header)} tensors, {count:,} values ({', '.join(sorted(dtypes)) or '-'})"
 
 
+def _layout_text(layout: dict) -> str:
+    """One line for the layout a checkpoint records (``trainer.layout.describe()`` and who wrote what)."""
+    world = layout.get("world_size", "?")
+    head = (f"sharded over {world} ranks, each wrote its own shard" if layout.get("sharded")
+            else f"{world} rank(s) holding the same state, written by rank 0")
+    rest = ", ".join(f"{k}={v}" for k, v in sorted(layout.items()) if k not in ("world_size", "sharded"))
+    return head + (f" ({rest})" if rest else "")
+
+
+def _shard_lines(path: str, manifest: Optional[dict]) -> List[str]:
+    """Per shard of a sharded checkpoint: its rank and what it holds (from the manifest's index and the file's header)."""
+    index = (manifest or {}).get("tensors")
+    if not isinstance(index, dict):
+        return []
+    per_file: dict = {}
+    for key, entry in index.items():
+        for part in entry.get("parts", []) if isinstance(entry, dict) else []:
+            if isinstance(part, dict):
+                group = str(key).split("/", 1)[0]
+                counts = per_file.setdefault(str(part.get("file")), {"rank": part.get("rank"), "model": 0, "optimizer": 0,
+                                                                      "slices": 0})
+                counts[group] = counts.get(group, 0) + 1
+                counts["slices"] += int("flat" in part or "offsets" in part)
+    lines = [f"  tensors: {len(index)} (model {sum(k.startswith('model/') for k in index)}, optimizer "
+             f"{sum(k.startswith('optimizer/') for k in index)}) in {len(per_file)} shard(s)"]
+    for name, c in sorted(per_file.items()):
+        line = _tensor_line(os.path.join(path, name), f"rank {c['rank']} {name}") or f"  rank {c['rank']} {name}: MISSING"
+        lines.append(line + f"; model {c['model']}, optimizer {c['optimizer']}"
+                     + (f", {c['slices']} slices" if c["slices"] else ""))
+    return lines
+
+
 def _best(meta: dict) -> Optional[str]:
     """``eval_accuracy=0.97 at step-60`` from the Checkpoint callback's record (or the state), if any."""
     args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
@@ -273,10 +305,14 @@ def describe_checkpoint(path: str) -> str:
         if rng is not None:
             ranks = len(rng) if isinstance(rng, list) and "rng_per_rank" in meta else 1
             lines.append(f"  RNG states: python, numpy, paddle for {ranks} rank(s)")
+    layout = (manifest or {}).get("layout") or (meta or {}).get("layout")
+    if isinstance(layout, dict):
+        lines.append("  layout: " + _layout_text(layout))
     for name, label in (("model.safetensors", "model"), ("optimizer.safetensors", "optimizer")):
         line = _tensor_line(os.path.join(path, name), label)
         if line:
             lines.append(line)
+    lines += _shard_lines(path, manifest)
     lines.append("  files:")
     lines += [f"    {name:<28} {size:>9}  {status}" for name, size, status in _file_checks(path, manifest)]
     lines.append(f"  total: {_size(_dir_size(path))}")

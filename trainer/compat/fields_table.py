@@ -14,7 +14,8 @@ from typing import Dict, Tuple
 _HYBRID = "tensor, pipeline and sep parallel are not supported: data parallel and sharding (trainer.parallel)"
 _TP = "1 or -1 (off) is accepted; more is refused until tensor and pipeline parallel exist"
 _AUTO = "auto parallel and static-graph training are not supported: dynamic-graph data parallel only"
-_UC = "checkpoints have one format here (safetensors + manifest, trainer.checkpoint)"
+_UC = ("checkpoints are always unified here: safetensors under one manifest, one shard per rank written at once "
+       "in a sharded run, resharded onto any world size and sharding stage on resume (trainer.checkpoint.shards)")
 
 FIELDS: Dict[str, Tuple[str, str]] = {
     "output_dir": ("default", "default output (required in PaddleNLP)"),
@@ -65,8 +66,9 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "sharding": ("same", "stage1 (fleet hybrid, DygraphShardingOptimizer), stage2 / stage3 (paddle's group_sharded_parallel), with offload; trainer.parallel"),
     "sharding_degree": ("renamed", "sharding_parallel_degree (PaddleNLP's older name, accepted too)"),
     "sharding_parallel_degree": ("same", "-1 = every rank; dp x sharding over fleet's hybrid topology"),
-    "save_sharded_model": ("unsupported", _HYBRID),
-    "load_sharded_model": ("unsupported", _HYBRID),
+    "save_sharded_model": ("same", "a sharded run always saves each rank's shard at once, never gathered to one rank; "
+                                   "False saves the same (it loads whole on any layout; export merges it)"),
+    "load_sharded_model": ("same", "a resume always reads the shards, whichever layout wrote them; False the same"),
     "tensor_parallel_degree": ("unsupported", _TP),
     "pipeline_parallel_degree": ("unsupported", _TP),
     "sep_parallel_degree": ("unsupported", _HYBRID),
@@ -102,9 +104,10 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "lazy_data_processing": ("ignored", "datasets are used as given"),
     "skip_profile_timer": ("ignored", "callbacks are timed always (trainer.describe_callbacks())"),
     "distributed_dataloader": ("unsupported", "every rank reads its own shard"),
-    "unified_checkpoint": ("unsupported", _UC),
+    "unified_checkpoint": ("same", _UC + "; False the same"),
     "to_static": ("unsupported", _AUTO),
-    "unified_checkpoint_config": ("unsupported", _UC),
+    "unified_checkpoint_config": ("same", "async_save (or enable_all_options) sets save_async; "
+                                          "skip_save_model_weight, master_weight_compatible: nothing to do here"),
     "ignore_load_lr_and_optim": ("unsupported", "a resume restores optimizer and scheduler: use a fresh run to reset them"),
     "ignore_save_lr_and_optim": ("unsupported", "checkpoints always hold optimizer and scheduler state"),
     "force_reshard_pp": ("unsupported", _HYBRID),

@@ -4,12 +4,15 @@ project has no option of its own for, with PaddleNLP's names, types and defaults
 ``trainer.TrainingArguments`` inherits them, so a PaddleNLP script that parses
 our arguments with ``PdArgumentParser`` and then reads, say,
 ``training_args.lazy_data_processing`` or ``training_args.logging_dir`` gets
-PaddleNLP's value instead of an ``AttributeError``. Five have an effect here:
+PaddleNLP's value instead of an ``AttributeError``. These have an effect here:
 ``no_cuda`` (true: ``device cpu``), ``local_rank`` (filled from the launcher's
 environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
-``sharding_parallel_degree``), and ``tensor_parallel_degree`` /
+``sharding_parallel_degree``), ``tensor_parallel_degree`` /
 ``pipeline_parallel_degree`` (1 or -1: off; more is refused by
-``trainer.parallel.Layout.plan`` until tensor and pipeline parallel exist). A
+``trainer.parallel.Layout.plan`` until tensor and pipeline parallel exist),
+``unified_checkpoint_config`` (``async_save``: ``save_async``), and
+``save_sharded_model``, ``load_sharded_model``, ``unified_checkpoint``, which ask
+for what checkpoints always do here (``trainer.checkpoint.shards``): never a warning. A
 ``*_degree`` of 1 or -1 never warns. ``eval_accumulation_steps`` (read by
 ``trainer.evaluation``) and ``skip_memory_metrics`` (read by the loop's logging)
 act too. Every other one has none: setting it to a value
@@ -18,7 +21,7 @@ and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
 ``trainer.compat.fields_table.FIELDS``. They never block a resume.
 
-Imports only the standard library and ``fields_table`` (data), so
+Imports only the standard library, ``trainer.errors`` and ``fields_table`` (data), so
 ``trainer.args`` can inherit from it without an import circle.
 """
 
@@ -29,13 +32,18 @@ import os
 from dataclasses import MISSING as _MISSING, dataclass, field, fields
 from typing import List, Optional
 
+from ..errors import ConfigError
 from .fields_table import FIELDS
 
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
 WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
-               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key")
+               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key",
+               # what these ask for is what checkpoints always do here (trainer.checkpoint.shards)
+               "save_sharded_model", "load_sharded_model", "unified_checkpoint", "unified_checkpoint_config")
+#: unified_checkpoint_config's words (PaddleNLP 2.8.1)
+UNIFIED_CHECKPOINT_CONFIGS = ("skip_save_model_weight", "master_weight_compatible", "async_save", "enable_all_options")
 
 
 def _no_effect(name: str) -> dict:
@@ -111,6 +119,13 @@ def apply_paddlenlp_fields(args) -> None:
         args.local_rank = int(os.environ.get("PADDLE_RANK_IN_NODE", os.environ.get("PADDLE_LOCAL_RANK", "-1")))
     if args.sharding_degree != -1 and args.sharding_parallel_degree == -1:  # PaddleNLP's older name
         args.sharding_parallel_degree = args.sharding_degree
+    words = str(args.unified_checkpoint_config or "").replace(",", " ").split()
+    unknown = [w for w in words if w not in UNIFIED_CHECKPOINT_CONFIGS]
+    if unknown:
+        raise ConfigError(f"unified_checkpoint_config={args.unified_checkpoint_config!r}: {', '.join(unknown)} is not "
+                          f"known: use any of {', '.join(UNIFIED_CHECKPOINT_CONFIGS)}")
+    if {"async_save", "enable_all_options"} & set(words):
+        args.save_async = True
     for f in fields(PaddleNLPFields):
         if f.default == "" and getattr(args, f.name) is None:  # the type coercion reads "" of Optional[str] as None
             setattr(args, f.name, "")

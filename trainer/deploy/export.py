@@ -330,8 +330,16 @@ def _publish(tmp: str, final: str) -> None:
 def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional[Sequence[Any]] = None,
                        sample_batch: Any = None, rtol: Optional[float] = None,
                        atol: Optional[float] = None) -> Optional[ExportResult]:
-    """Export ``trainer.model`` (see the module docstring); None on ranks other than 0, which write nothing."""
+    """Export ``trainer.model`` (see the module docstring); None on ranks other than 0, which write nothing.
+
+    A run whose parameters live in slices (sharding stage 3: each rank holds a range of them, and paddle's
+    hooks gather them in every forward, a collective) is refused in one line: export its final checkpoint
+    on one process (``trainer.checkpoint.load.load_weights``), which puts the shards together."""
     path = path or os.path.join(trainer.args.output_dir, "inference")
+    if getattr(getattr(trainer, "layout", None), "shards_parameters", False):
+        raise ConfigError("export: this run holds its parameters in slices (sharding stage3): export its final "
+                          "checkpoint on one process instead: trainer.checkpoint.load.load_weights(model, "
+                          "'OUTPUT_DIR/checkpoints/step-N'), then Trainer(model, args).export() (no sharding)")
     if not dist.is_main_process():
         return None
     model = trainer.model

@@ -40,7 +40,7 @@ def run_dir(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("version", [0, 2, 999, "1", None])
+@pytest.mark.parametrize("version", [0, 3, 999, "1", None])
 def test_unknown_format_version_is_refused_in_one_line(run_dir, tmp_path, version):
     import shutil
 
