@@ -12,7 +12,6 @@ from ..args import TrainingArguments, coerce_fields, load_yaml_mapping, parse_ov
 from ..errors import ConfigError
 from ..launch.flags import LAUNCH_FLAGS, drop_flags
 from .tasks import get_task
-from callbacks.tracking import log_file
 
 
 def run_target(argv: List[str]) -> List[str]:
@@ -62,6 +61,8 @@ def resolve_run(task_name: str, recipe: Optional[str], config: Optional[str], ov
     return task, options, args
 
 def run_here(task, options, args, dry_run: bool) -> int:
+    from callbacks.tracking import log_file
+
     from .. import distributed as dist  # paddle and the loop load here, after the cheap checks
     from ..trainer import Trainer
 
