@@ -51,7 +51,7 @@ def fit(tmp_path, watchdog, data, **overrides):
 
 
 def test_a_stalled_step_is_reported_with_the_rank_and_the_stacks(tmp_path, caplog):
-    watchdog = StallWatchdog(timeout=patience(0.3))
+    watchdog = StallWatchdog(timeout=0.3)
     with caplog.at_level(logging.WARNING, logger="callbacks.watchdog"):
         state = fit(tmp_path, watchdog, SleepyDataset(sleep_at=30, seconds=1.2))  # in the 4th batch
     assert state.status == "completed" and state.global_step == 8  # 'warn': the run goes on
@@ -79,7 +79,7 @@ class SlowSave(Callback):
 def test_long_evaluation_and_saving_do_not_trip_it(tmp_path):
     # evaluation: 10 batches of 80 ms (0.8 s in all, over the 0.3 s timeout), each batch a heartbeat;
     # saving: 0.8 s with the clock paused
-    watchdog = StallWatchdog(timeout=patience(0.3))
+    watchdog = StallWatchdog(timeout=0.3)
     values = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, per_device_eval_batch_size=4, max_steps=4,
                   logging_steps=2, report_to=[], evaluation_strategy="steps", eval_steps=2, save_strategy="steps",
                   save_steps=2, save_async=False)
@@ -119,11 +119,11 @@ def test_a_call_holding_the_gil_is_caught_by_the_faulthandler_backstop(tmp_path)
 
 
 def test_options_are_validated():
-    for bad in (dict(timeout=patience(0)), dict(timeout="10"), dict(action="kill"), dict(slow_factor=1.0),
+    for bad in (dict(timeout=0), dict(timeout="10"), dict(action="kill"), dict(slow_factor=1.0),
                 dict(check_interval=-1), dict(repeat_every=0)):
         with pytest.raises(ConfigError, match="StallWatchdog"):
             StallWatchdog(**bad)
-    assert StallWatchdog(timeout=patience(0.5)).check_interval == 0.05
+    assert StallWatchdog(timeout=0.5).check_interval == 0.05
 
 
 def test_on_by_default_only_with_several_processes(monkeypatch):

@@ -49,7 +49,6 @@ import collections, sys
 import paddle
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from helpers import ToyDataset, make_mlp
-from patience import patience
 from trainer import Trainer, TrainingArguments
 
 class Batch(collections.abc.Mapping):  # a Mapping that is not a dict, like paddlenlp's BatchEncoding

@@ -213,7 +213,7 @@ def test_resume_without_a_callback_whose_state_was_empty_does_not_warn(tmp_path,
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, save_steps=2, report_to=[],
                              evaluation_strategy="no", save_async=False)
     Trainer(make_mlp(), args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss(),
-            callbacks=[StallWatchdog(timeout=patience(600))]).fit()
+            callbacks=[StallWatchdog(timeout=600)]).fit()
     caplog.set_level(logging.WARNING)
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, save_strategy="no", report_to=[],
                              evaluation_strategy="no", resume_from_checkpoint="auto")
