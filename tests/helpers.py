@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import paddle
@@ -82,3 +83,35 @@ def process_tree(pid: int) -> list:
     except psutil.NoSuchProcess:
         return []
 
+
+def wait_for(path, proc, timeout=120):
+    """Until ``path`` exists; an AssertionError (with the end of its stderr) when ``proc`` ends first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {path}")
+
+
+def gone_within(pids, timeout):
+    """The pids still running (not zombies) after ``timeout`` seconds, killed; [] when all ended."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            return []
+        time.sleep(0.1)
+    for p in left:
+        p.kill()
+    return [p.pid for p in left]
