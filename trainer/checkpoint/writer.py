@@ -23,7 +23,6 @@ import time
 from typing import Optional
 
 import paddle
-from safetensors.numpy import save_file as np_save_file
 
 from ..errors import TrainerError, TrainingError, option
 from . import fence
@@ -31,6 +30,7 @@ from .lock import holder
 from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
 from .store import RUN_ID_FILE, note_verified, point_latest, write_run_id
+from .tensor_file import save_tensors  # safetensors' own writer holds the GIL for the whole file
 
 
 def _fsync_file(path: str) -> None:
@@ -129,8 +129,8 @@ def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
         for part in ("model", "optimizer"):
             target = os.path.join(tmp, f"{part}.safetensors")
             try:
-                np_save_file(snap[part], target)
-            except Exception as exc:  # safetensors raises its own error, without the file's name
+                save_tensors(snap[part], target)
+            except Exception as exc:  # an OSError without the file's name (os.write), or another library's error
                 found = re.search(r"os error (\d+)", str(exc))
                 code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
                 if not code:
