@@ -115,3 +115,15 @@ def gone_within(pids, timeout):
     for p in left:
         p.kill()
     return [p.pid for p in left]
+
+
+def kill_trees(procs) -> None:
+    """Kill each started process and its descendants, then forget them: a failed assertion must not leave
+    a run (or its workers) behind."""
+    for proc in procs:
+        for p in process_tree(proc.pid):
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - psutil.Error: gone meanwhile
+                pass
+    procs.clear()

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import REPO, gone_within, wait_for
+from helpers import REPO, gone_within, kill_trees, wait_for
 
 TOY = os.path.join(REPO, "tests", "distributed", "workers", "persistent_toy.py")
 ENV = dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS="3")
@@ -24,15 +24,7 @@ _STARTED = []
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     yield
-    import psutil
-
-    for proc in _STARTED:  # a failed assertion must not leave a run (or its workers) behind
-        try:
-            for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
-                p.kill()
-        except psutil.Error:
-            pass
-    _STARTED.clear()
+    kill_trees(_STARTED)
 
 
 def start(out, mode, persistent=1):

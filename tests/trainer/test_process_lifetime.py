@@ -8,9 +8,8 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
-from helpers import REPO, gone_within, wait_for
+from helpers import REPO, gone_within, kill_trees, wait_for
 
 from trainer.checkpoint.manifest import verify
 
@@ -24,13 +23,7 @@ _STARTED = []
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     yield
-    for proc in _STARTED:  # a failed assertion must not leave a run (or its workers) behind
-        try:
-            for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
-                p.kill()
-        except psutil.Error:
-            pass
-    _STARTED.clear()
+    kill_trees(_STARTED)
 
 
 def start(out, mode, workers):
