@@ -72,7 +72,6 @@ class CheckpointWriter:
         self._thread.start()
 
     def _run(self, job) -> None:
-        _yield_cpu()
         try:
             job()
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
@@ -95,18 +94,6 @@ class CheckpointWriter:
                 raise error
             raise TrainingError(f"saving a checkpoint failed: {type(error).__name__}: {error}") from error
 
-
-
-def _yield_cpu() -> None:
-    """Give the calling thread (the writer's, new for each save) the lowest CPU priority, nice 19 (Linux keeps
-    one per thread): the training thread, and paddle's CPU kernel threads, which wait for their slowest member
-    and so for a core the writer holds, get the cores whenever they want them (issue 33). The writer holds the
-    GIL only between its system calls (``trainer.checkpoint.tensor_file``), so a low priority cannot keep the
-    training thread waiting for the GIL for long. Elsewhere: nothing."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
-        pass
 
 
 def write_snapshot(snap: dict, final: str, publish_root: Optional[str]) -> str:

@@ -1,9 +1,6 @@
-"""The asynchronous save yields to training: its tensor files written outside the GIL
-(trainer.checkpoint.tensor_file), the same bytes as ``safetensors.numpy.save_file``, read back by
-safetensors; its thread at the lowest CPU priority, the training thread's untouched."""
+"""The checkpoint's tensor files: written outside the GIL (trainer.checkpoint.tensor_file), the same bytes
+as ``safetensors.numpy.save_file``, read back by safetensors."""
 
-import os
-import sys
 import threading
 
 import numpy as np
@@ -11,7 +8,6 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from trainer.checkpoint import tensor_file
-from trainer.checkpoint.writer import CheckpointWriter
 from trainer.checkpoint.tensor_file import save_tensors
 
 
@@ -72,16 +68,3 @@ def test_another_thread_runs_while_the_file_is_written(tmp_path):
         thread.join(60)
     assert len(writes) >= 12
     assert writes[-1] > writes[1]  # it ran between the pieces
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
-def test_the_background_writer_runs_at_the_lowest_priority_and_training_keeps_its_own():
-    seen = []
-    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    writer = CheckpointWriter()
-    writer.submit(lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())), background=True)
-    writer.wait()
-    assert seen == [19]
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
-    writer.submit(lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())), background=False)
-    assert seen[-1] == mine  # a synchronous save is the training thread's own work: its priority
