@@ -8,6 +8,8 @@ allreduce  all-reduce time and bus bandwidth from 1 KiB to 256 MiB across the
            training step spent in gradient synchronization
 dataloader images/s of the ResNet input pipeline against
            ``dataloader_num_workers``, and the data-wait share of a training step
+workers    CPU and wall time per epoch with DataLoader workers kept across
+           epochs and evaluations against new workers every pass
 checkpoint the training stall of a checkpoint save (sync and async) and the
            cost of resuming (``benchmarks/checkpoint.py``)
 serve      ``ptrain serve`` under a closed-loop load on loopback: requests/s and
@@ -27,6 +29,7 @@ BENCHMARKS = {
     "allreduce": "benchmarks.allreduce",
     "dataloader": "benchmarks.dataloader",
     "checkpoint": "benchmarks.checkpoint",
+    "workers": "benchmarks.workers",
     "serve": "benchmarks.serve",
     "memory": "benchmarks.memory",
 }

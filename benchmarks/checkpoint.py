@@ -11,7 +11,9 @@ interval minus the median interval of the synchronous run's steps that are not
 near a save (the reference step); ``lost per save`` = the sum, over the
 ``--every`` intervals after a save, of their excess over the reference step:
 the training time a checkpoint costs in all, including the background writer
-competing with training for the CPU. Medians over the saves (the final save at
+competing with training for the CPU. ``--busy 0,2`` runs both modes idle, then
+beside 2 CPU-burning processes (a loaded 2-core machine), each against the
+sync run's reference step under the same load, and gives async / sync. Medians over the saves (the final save at
 the end of fit() is not counted). The asynchronous save copies the state to
 host memory at the step (that copy is its stall) and writes the files in a
 thread.
@@ -42,6 +44,7 @@ Run::
 
     python -m benchmarks checkpoint                       # the short default, under 2 minutes
     python -m benchmarks checkpoint --params 50 --saves 5 --every 20
+    python -m benchmarks checkpoint --busy 0,2            # idle, then with 2 CPU-burning processes beside
     python -m benchmarks checkpoint --positions 10,100000 --epoch-samples 12800000
     python -m benchmarks.checkpoint --child stall --save-async 1 --params 5   # one measurement
 """
@@ -52,6 +55,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -323,16 +327,32 @@ def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
               f"a save every {sync['every']} steps; reference step (median of the sync run's steps not right after a save): {_ms(reference)} ms; "
               f"medians over {len(sync['saves'])} saves.", ""]
     rows = []
+
+    def reference_of(r):  # the sync run's normal step beside the same load
+        same = [x for x in stall if x["mode"] == "sync" and x.get("busy", 0) == r.get("busy", 0)]
+        return statistics.median(same[0]["normal"]) if same else reference
+
     for r in stall:
-        stalls = [r["after_save"][s][0] - reference for s in r["saves"] if r["after_save"][s]]
-        lost = [sum(iv - reference for iv in r["after_save"][s]) for s in r["saves"]]
-        rows.append([f"save_async={'true' if r['mode'] == 'async' else 'false'}", _ms(common.median(stalls)),
+        ref = reference_of(r)
+        stalls = [r["after_save"][s][0] - ref for s in r["saves"] if r["after_save"][s]]
+        lost = [sum(iv - ref for iv in r["after_save"][s]) for s in r["saves"]]
+        rows.append([f"save_async={'true' if r['mode'] == 'async' else 'false'}", str(r.get("busy", 0)),
+                     _ms(common.median(stalls)),
                      _ms(min(stalls) if stalls else None) + " - " + _ms(max(stalls) if stalls else None),
                      _ms(common.median(lost)), common.fmt(r["fit_seconds"], 1)])
-    lines.append(common.markdown_table(["save", "stall at the save step (ms)", "range (ms)",
+    lines.append(common.markdown_table(["save", "busy processes", "stall at the save step (ms)", "range (ms)",
                                         f"training time lost per save, over {sync['every']} steps (ms)",
                                         "whole fit() (s)"], rows))
     lines.append("")
+    ratios = []
+    for busy in sorted({r.get("busy", 0) for r in stall}):
+        lost = {r["mode"]: common.median([sum(iv - reference_of(r) for iv in r["after_save"][s]) for s in r["saves"]])
+                for r in stall if r.get("busy", 0) == busy}
+        if "sync" in lost and "async" in lost and lost["sync"]:
+            ratios.append([str(busy), common.fmt(lost["async"] / lost["sync"], 2)])
+    if ratios:
+        lines.append(common.markdown_table(["busy processes", "time lost per save, async / sync"], ratios))
+        lines.append("")
     files = sync["files"]
     total = sum(files.values())
     size_rows = [[name, common.fmt_size(size)] for name, size in sorted(files.items())] + [["total", common.fmt_size(total)]]
@@ -383,6 +403,8 @@ def main(argv=None) -> int:
     p.add_argument("--resume-batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="resumes per position (default 3)")
     p.add_argument("--replay-measure", type=int, default=300, help="batches iterated to estimate replay cost")
+    p.add_argument("--busy", default="0", help="CPU-burning processes beside the stall runs, a list run in turn "
+                   "(default 0; 0,2: idle, then both cores of a 2-core machine kept busy)")
     p.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary directory)")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
@@ -417,15 +439,24 @@ def main(argv=None) -> int:
     root = tempfile.mkdtemp(prefix="bench-ckpt-", dir=a.dir)
     stall = []
     try:
-        for mode in (0, 1):
-            out = os.path.join(root, f"stall-{mode}")
-            cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "stall", "--save-async", str(mode),
-                   "--params", str(a.params), "--saves", str(a.saves), "--every", str(a.every),
-                   "--batch", str(a.batch), "--out", out]
-            res = common.run_child(cmd, timeout=a.timeout)
-            stall.append(res)
-            shutil.rmtree(out, ignore_errors=True)
-            print(f"  save_async={bool(mode)}: fit {res['fit_seconds']:.1f} s, saves at {res['saves']}", flush=True)
+        for busy in (int(b) for b in common.split_list(a.busy)):  # idle, then the machine kept busy, in one run
+            for mode in (0, 1):
+                out = os.path.join(root, f"stall-{mode}")
+                cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "stall", "--save-async", str(mode),
+                       "--params", str(a.params), "--saves", str(a.saves), "--every", str(a.every),
+                       "--batch", str(a.batch), "--out", out]
+                burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+                try:
+                    res = common.run_child(cmd, timeout=a.timeout)
+                finally:
+                    for b in burners:
+                        b.kill()
+                        b.wait()
+                res["busy"] = busy
+                stall.append(res)
+                shutil.rmtree(out, ignore_errors=True)
+                print(f"  save_async={bool(mode)}, {busy} busy: fit {res['fit_seconds']:.1f} s, saves at {res['saves']}",
+                      flush=True)
         cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "resume", "--positions", a.positions,
                "--epoch-samples", str(a.epoch_samples), "--resume-batch", str(a.resume_batch),
                "--repeats", str(a.repeats), "--replay-measure", str(a.replay_measure),

@@ -6,11 +6,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import paddle
 
 from callbacks import Callback
+from patience import patience
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,7 +63,7 @@ def launch(script: str, args, nproc: int, log_dir: str, timeout: int = 240) -> s
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
            "--master", f"127.0.0.1:{free_port()}", "--log_dir", log_dir, script, *map(str, args)]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patience(timeout), env=env, cwd=REPO)
     if proc.returncode != 0:
         logs = ""
         for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
@@ -82,3 +84,47 @@ def process_tree(pid: int) -> list:
     except psutil.NoSuchProcess:
         return []
 
+
+def wait_for(path, proc, timeout=120):
+    """Until ``path`` exists; an AssertionError (with the end of its stderr) when ``proc`` ends first."""
+    deadline = time.time() + patience(timeout)
+    while time.time() < deadline:
+        if os.path.exists(path):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {path}")
+
+
+def gone_within(pids, timeout):
+    """The pids still running (not zombies) after ``timeout`` seconds, killed; [] when all ended."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    deadline = time.time() + patience(timeout)
+    while time.time() < deadline:
+        left = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            return []
+        time.sleep(0.1)
+    for p in left:
+        p.kill()
+    return [p.pid for p in left]
+
+
+def kill_trees(procs) -> None:
+    """Kill each started process and its descendants, then forget them: a failed assertion must not leave
+    a run (or its workers) behind."""
+    for proc in procs:
+        for p in process_tree(proc.pid):
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - psutil.Error: gone meanwhile
+                pass
+    procs.clear()

@@ -55,6 +55,7 @@ class TrainingArguments(PaddleNLPFields):
     auto_find_batch_size: bool = field(default=False, metadata={"help": "after an out-of-memory in a step, every rank halves the micro-batch (cutting each per-device batch into pieces) and runs the step again: global batch, samples and schedule unchanged, the size kept in checkpoints (Hugging Face's field; per_device_train_batch_size auto sets it)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes (0 = load in the main process)"})
     dataloader_drop_last: bool = field(default=False, metadata={"help": "drop the last incomplete training batch of each epoch"})
+    dataloader_persistent_workers: bool = field(default=True, metadata={"help": "keep the DataLoader workers from one epoch to the next and from one evaluation to the next within fit(), which shuts them down however it ends (the workers see the dataset as it was when they started; each sample's randomness is unchanged); false: new workers every pass"})
     dataloader_read_ahead: bool = field(default=False, metadata={"help": "with 0 workers, build the next batches in a thread while the step runs (for a dataset that waits on files or C code), unless fetching a batch draws from a global RNG"})
     # length of training
     num_train_epochs: float = field(default=3.0, metadata={"help": "epochs to train (fractions allowed); ignored when max_steps > 0"})

@@ -39,7 +39,7 @@ from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
-                   close_iterator, dataset_length, make_loader)
+                   close_iterator, dataset_length, make_loader, shutdown_workers)
 from .data import iterable
 from .data.loader import killed_worker_of, killed_workers, worker_killed
 from .data.batch import batch_size, labels_of
@@ -135,6 +135,7 @@ class Trainer(PaddleNLPAPI):
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
+        self._eval_loaders: dict = {}  # id(dataset) -> (dataset, loader) with persistent workers, during fit()
         self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
         self._auto_batch: Optional[AutoBatch] = None
         self._compat_init_end(door.paddlenlp_args)
@@ -191,7 +192,8 @@ class Trainer(PaddleNLPAPI):
             # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
             dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
         return make_loader(dataset, self._train_sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead)
+                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
+                           persistent_workers=self._persistent_workers())
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
         if iterable.is_iterable(dataset):
@@ -200,9 +202,25 @@ class Trainer(PaddleNLPAPI):
         if n < self.world_size:
             raise DataError(f"the evaluation dataset has {n} samples, fewer than the {self.world_size} processes: "
                             "give more samples or run with fewer processes")
+        persistent = self._persistent_workers()  # one set of workers for every evaluation of this dataset in fit()
+        if persistent and self._eval_loaders.get(id(dataset), (None,))[0] is dataset:
+            return self._eval_loaders[id(dataset)][1]
         sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, self.world_size, self.rank)
-        return make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead)
+        loader = make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
+                             self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
+                             persistent_workers=persistent)
+        if persistent:
+            self._eval_loaders[id(dataset)] = (dataset, loader)
+        return loader
+
+    def _persistent_workers(self) -> bool:
+        """Keep DataLoader workers across passes: asked for, and inside fit(), which shuts them down."""
+        return self.args.dataloader_persistent_workers and self.state.status == "running"
+
+    def _end_workers(self) -> None:
+        """Shut down the persistent DataLoader workers of this fit() (training and evaluation)."""
+        loaders, self._eval_loaders = [self.train_dataloader, *(v[1] for v in self._eval_loaders.values())], {}
+        shutdown_workers(*loaders)
 
     def create_optimizer(self) -> paddle.optimizer.Optimizer:
         """``args.optim`` over the model's parameters; weight decay only on
@@ -375,6 +393,7 @@ class Trainer(PaddleNLPAPI):
                 else:
                     self.fire(Event.FIT_END)
             finally:
+                self._quietly(self._end_workers)  # persistent DataLoader workers end with fit(), however it ends
                 lock.release()
         return state
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from patience import patience
 
-from benchmarks import allreduce, common, dataloader, overhead
+from benchmarks import allreduce, common, dataloader, overhead, workers
 
 SAME_TRAINING = ("bare", "ours", "ours-quiet", "paddlenlp", "hapi")
 
@@ -70,6 +70,14 @@ def test_dataloader_measures_each_backend_per_cpu_second(tmp_path):
     assert set(result["eval_vs_pillow"]) == set(backends[1:])
     assert all(v["mean_abs_diff"] <= 8 for v in result["eval_vs_pillow"].values())
     assert result["decode_only_images_per_cpu_s"] > 0
+
+
+def test_workers_compares_kept_and_new_workers(tmp_path):
+    out = tmp_path / "workers.json"
+    assert workers.main(["--samples", "64", "--epochs", "2", "--repeats", "1", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["persistent"] for r in rows] == [False, True]
+    assert all(r["cpu_per_epoch"] > 0 and r["wall_per_epoch"] > 0 for r in rows)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["nope"]])

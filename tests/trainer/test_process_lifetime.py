@@ -8,9 +8,8 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
-from helpers import REPO
+from helpers import REPO, gone_within, kill_trees, wait_for
 from patience import patience
 
 from trainer.checkpoint.manifest import verify
@@ -25,13 +24,7 @@ _STARTED = []
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     yield
-    for proc in _STARTED:  # a failed assertion must not leave a run (or its workers) behind
-        try:
-            for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
-                p.kill()
-        except psutil.Error:
-            pass
-    _STARTED.clear()
+    kill_trees(_STARTED)
 
 
 def start(out, mode, workers):
@@ -39,35 +32,6 @@ def start(out, mode, workers):
                             stderr=subprocess.PIPE, text=True)
     _STARTED.append(proc)
     return proc
-
-
-def wait_for(path, proc, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {path}")
-
-
-def gone_within(pids, timeout):
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.Error:
-            pass
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        left = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        if not left:
-            return []
-        time.sleep(0.1)
-    for p in left:
-        p.kill()
-    return [p.pid for p in left]
 
 
 def test_dataloader_workers_stay_constant_over_epochs(tmp_path):

@@ -59,7 +59,7 @@ MAY_CHANGE = frozenset({
     "evaluation_strategy", "eval_steps", "per_device_eval_batch_size",
     "save_strategy", "save_steps", "save_total_limit", "save_async", "save_on_preemption",
     "metric_for_best_model", "greater_is_better",
-    "dataloader_num_workers", "dataloader_read_ahead", "device", "find_unused_parameters",
+    "dataloader_num_workers", "dataloader_read_ahead", "dataloader_persistent_workers", "device", "find_unused_parameters",
     "logging_strategy", "logging_first_step", "flush_at_end", "load_best_model_at_end", "overwrite_output_dir",
     "do_train", "do_eval", "do_predict", "do_export",
     "fp16", "bf16", "fp16_opt_level",  # PaddleNLP spellings: their effect is compared as amp / amp_level

@@ -23,7 +23,6 @@ import time
 from typing import Optional
 
 import paddle
-from safetensors.numpy import save_file as np_save_file
 
 from ..errors import TrainerError, TrainingError, option
 from . import fence
@@ -31,6 +30,7 @@ from .lock import holder
 from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
 from .store import RUN_ID_FILE, note_verified, point_latest, write_run_id
+from .tensor_file import save_tensors as write_safetensors  # safetensors' own writer holds the GIL for the whole file
 
 
 def _fsync_file(path: str) -> None:
@@ -133,8 +133,8 @@ def save_failed(exc: OSError, final: str, owner_dir: str) -> TrainingError:
 def save_tensors(arrays: dict, target: str) -> None:
     """``arrays`` to the safetensors file ``target``; an OSError naming ``target`` when the disk refuses."""
     try:
-        np_save_file(arrays, target)
-    except Exception as exc:  # safetensors raises its own error, without the file's name
+        write_safetensors(arrays, target)
+    except Exception as exc:  # an OSError without the file's name (os.write), or another library's error
         found = re.search(r"os error (\d+)", str(exc))
         code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
         if not code:

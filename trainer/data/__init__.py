@@ -21,8 +21,9 @@ Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.checkpoint.re
 (``models.ernie.batching``) or build their own batches (``models.resnet.turbo``).
 """
 
-from .loader import InProcessLoader, SeededDataset, abandon_iterator, close_iterator, dataset_length, make_loader
+from .loader import InProcessLoader, SeededDataset, close_iterator, dataset_length, make_loader, shutdown_workers
 from .samplers import ResumableDistributedBatchSampler, ShardedEvalSampler
+from .worker_batches import abandon_iterator
 
 __all__ = ["InProcessLoader", "ResumableDistributedBatchSampler", "SeededDataset", "ShardedEvalSampler",
-           "abandon_iterator", "close_iterator", "dataset_length", "make_loader"]
+           "abandon_iterator", "close_iterator", "dataset_length", "make_loader", "shutdown_workers"]

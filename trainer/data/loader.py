@@ -20,7 +20,7 @@ from ..errors import DataError, WorkerKilled
 from .batch import default_collate
 from .batch_errors import load_batch
 from .read_ahead import ReadAhead
-from .worker_batches import WorkerLoader
+from .worker_batches import WorkerLoader, abandon_iterator
 
 
 def dataset_length(dataset, role: str) -> int:
@@ -190,28 +190,6 @@ def worker_killed(pid: int, signum: int) -> WorkerKilled:
                         "from the newest checkpoint", signum)
 
 
-def abandon_iterator(iterator) -> None:
-    """Stop a failed ``paddle.io.DataLoader`` iterator's workers without waiting forever.
-
-    paddle 3.3.1's multi-process iterator joins its workers with no timeout in
-    ``__del__``; after a worker raised, that join can block the process for
-    good (seen here: garbage collection of the failed iterator hung). Shut it
-    down with paddle's own 1-second-per-worker exit path, then kill what is
-    still alive. Reaches into paddle's iterator on purpose: there is no public
-    API for this.
-    """
-    shutdown = getattr(iterator, "_shutdown_on_exit", None)
-    if shutdown is None:
-        return
-    try:
-        shutdown()
-    finally:
-        for worker in getattr(iterator, "_workers", []):
-            if worker.is_alive():  # e.g. blocked in __getitem__; workers ignore SIGTERM, so SIGKILL
-                worker.kill()
-                worker.join(1)
-
-
 def close_iterator(iterator) -> None:
     """End an epoch's iterator now, whether or not it ran to its end.
 
@@ -225,16 +203,20 @@ def close_iterator(iterator) -> None:
     ~80 ms of CPU per epoch in a process with paddle loaded and freed nothing
     that reference counting does not.
     """
-    if hasattr(iterator, "_shutdown_on_exit"):
+    if hasattr(iterator, "end_pass"):  # workers: shut down, or kept when persistent (WorkerLoader)
+        iterator.end_pass()
+    elif hasattr(iterator, "_shutdown_on_exit"):
         abandon_iterator(iterator)
     elif hasattr(iterator, "close"):
         iterator.close()
 
 
-def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0, read_ahead: bool = False):
+def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 0, read_ahead: bool = False,
+                persistent_workers: bool = False):
     """An :class:`InProcessLoader` without workers (reading ahead in a thread when
     ``read_ahead``), else a ``paddle.io.DataLoader`` with
-    ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`),
+    ``num_workers`` processes (a new set per epoch, shut down by :func:`close_iterator`; with
+    ``persistent_workers`` one set for every pass, shut down by :func:`shutdown_workers`),
     given whole batches and handing them over through shared-memory slots
     (:class:`trainer.data.worker_batches.WorkerLoader`). The workers ignore SIGTERM/SIGINT
     and die with the training process (``trainer.process.dataloader_worker_init``). A dataset
@@ -242,4 +224,12 @@ def make_loader(dataset, batch_sampler: BatchSampler, collate_fn=None, num_worke
     itself (``trainer.data.batch.AssembledBatch``) is not collated again."""
     if num_workers == 0:
         return InProcessLoader(dataset, batch_sampler, collate_fn, read_ahead=read_ahead)
-    return WorkerLoader(dataset, batch_sampler, collate_fn, num_workers)
+    return WorkerLoader(dataset, batch_sampler, collate_fn, num_workers, persistent=persistent_workers)
+
+
+def shutdown_workers(*loaders) -> None:
+    """End the persistent DataLoader workers of ``loaders`` (any loader: those without are skipped)."""
+    for loader in loaders:
+        shutdown = getattr(loader, "shutdown", None)
+        if callable(shutdown):
+            shutdown()

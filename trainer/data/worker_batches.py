@@ -212,10 +212,18 @@ class SlotBox:
 
 class SlotIterator:
     """paddle's multi-process iterator, each batch taken out of its slot. Anything else (``_workers``,
-    ``_shutdown_on_exit``: ``trainer.data.loader``'s shutdown and killed-worker checks) is paddle's."""
+    ``_shutdown_on_exit``: ``trainer.data.loader``'s shutdown and killed-worker checks) is paddle's.
+    ``keep``: the iterator of persistent workers, kept by :meth:`end_pass` when its pass was read to its end."""
 
-    def __init__(self, iterator, slots: Optional[BatchSlots]):
-        self._iterator, self._slots = iterator, slots
+    def __init__(self, iterator, slots: Optional[BatchSlots], keep: bool = False):
+        self._iterator, self._slots, self._keep = iterator, slots, keep
+
+    def end_pass(self) -> None:
+        """The pass (an epoch, an evaluation) is over, read to its end or not: the workers are shut down
+        (:func:`abandon_iterator`), unless they are persistent and nothing is in flight (then the next
+        pass reuses them, :func:`restart`)."""
+        if not (self._keep and drained(self._iterator)):
+            abandon_iterator(self._iterator)
 
     def __iter__(self):
         return self
@@ -237,12 +245,19 @@ class BatchFetches(paddle.io.Dataset):
     def __init__(self, dataset, box: "SlotBox"):
         self.dataset, self.box = dataset, box
         self._batched = hasattr(dataset, "__getitems__")
+        self._epochs = hasattr(dataset, "set_epoch") and hasattr(dataset, "epoch")
 
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def epoch_of(self) -> Optional[int]:
+        """The dataset's epoch in the training process (sent with each batch), None when it has none."""
+        return self.dataset.epoch if self._epochs else None
+
     def __getitem__(self, item):
-        slot, indices = item
+        slot, indices, epoch = item
+        if epoch is not None and epoch != self.dataset.epoch:  # a persistent worker, forked in an earlier epoch
+            self.dataset.set_epoch(epoch)
         writer = self.box.slots.writer(slot) if self.box.slots is not None else None
         if not self._batched:
             return writer, [self.dataset[i] for i in indices]
@@ -251,16 +266,18 @@ class BatchFetches(paddle.io.Dataset):
 
 
 class OneFetchPerBatch(BatchSampler):
-    """``batch_sampler``'s batches, each as a one-item batch ``[(slot, indices)]`` for :class:`BatchFetches`,
-    with a slot of the current iterator's :class:`BatchSlots` (None without slots)."""
+    """``batch_sampler``'s batches, each as a one-item batch ``[(slot, indices, epoch)]`` for
+    :class:`BatchFetches`, with a slot of the current iterator's :class:`BatchSlots` (None without slots)
+    and the dataset's epoch when the pass began (``epoch_of()``)."""
 
-    def __init__(self, batch_sampler, box: "SlotBox"):
-        self.batch_sampler, self.box = batch_sampler, box
+    def __init__(self, batch_sampler, box: "SlotBox", epoch_of=lambda: None):
+        self.batch_sampler, self.box, self.epoch_of = batch_sampler, box, epoch_of
 
     def __iter__(self):
         slots = self.box.slots  # this iterator's, bound now: the next iterator may get a new region
+        epoch = self.epoch_of()
         for indices in self.batch_sampler:
-            yield [(slots.acquire() if slots is not None else None, tuple(int(i) for i in indices))]
+            yield [(slots.acquire() if slots is not None else None, tuple(int(i) for i in indices), epoch)]
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -279,21 +296,77 @@ class CollateFetched:
         return batch if writer is None else writer.put(batch)
 
 
-class WorkerLoader:
-    """``paddle.io.DataLoader`` with ``num_workers`` processes (a new set per iterator, shut down by
-    ``trainer.data.loader.close_iterator``), fed whole batches, its batches handed over through slots
-    (:class:`BatchSlots`, the module docstring). The workers ignore SIGTERM/SIGINT and die with the
-    training process (``trainer.process.dataloader_worker_init``)."""
+def abandon_iterator(iterator) -> None:
+    """Stop a failed ``paddle.io.DataLoader`` iterator's workers without waiting forever.
 
-    def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 1):
+    paddle 3.3.1's multi-process iterator joins its workers with no timeout in
+    ``__del__``; after a worker raised, that join can block the process for
+    good (seen here: garbage collection of the failed iterator hung). Shut it
+    down with paddle's own 1-second-per-worker exit path, then kill what is
+    still alive. Reaches into paddle's iterator on purpose: there is no public
+    API for this.
+    """
+    shutdown = getattr(iterator, "_shutdown_on_exit", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    finally:
+        for worker in getattr(iterator, "_workers", []):
+            if worker.is_alive():  # e.g. blocked in __getitem__; workers ignore SIGTERM, so SIGKILL
+                worker.kill()
+                worker.join(1)
+
+
+def drained(iterator) -> bool:
+    """Whether paddle's persistent-workers iterator can start another pass as it is: not shut down, its
+    reader thread and workers alive, no batch in flight or waiting (the pass was read to its end)."""
+    try:
+        return (not iterator._shutdown and iterator._batches_outstanding == 0 and not iterator._structure_infos
+                and iterator._blocking_queue.size() == 0 and iterator._thread.is_alive()
+                and all(w.is_alive() for w in iterator._workers))
+    except AttributeError:  # another paddle's iterator: never reused
+        return False
+
+
+def restart(iterator) -> None:
+    """Start the next pass of a :func:`drained` persistent iterator: its counters back to 0, a new pass
+    of its batch sampler, the first batches sent. paddle's own ``_reset`` does this after a handshake
+    with every worker that it polls every 0.5 s (a lost half second a pass, ~2 s an epoch with an
+    evaluation); with nothing in flight there is nothing for the handshake to flush."""
+    with iterator._thread_lock:
+        iterator._send_idx = iterator._rcvd_idx = iterator._batches_outstanding = 0
+        iterator._task_infos, iterator._structure_infos = {}, []
+        iterator._worker_status = [True] * iterator._num_workers
+        iterator._sampler_iter = iter(iterator._index_sampler)
+    for _ in range(iterator._outstanding_capacity):
+        iterator._try_put_indices()
+
+
+class WorkerLoader:
+    """``paddle.io.DataLoader`` with ``num_workers`` processes, fed whole batches, its batches handed
+    over through slots (:class:`BatchSlots`, the module docstring). The workers ignore SIGTERM/SIGINT
+    and die with the training process (``trainer.process.dataloader_worker_init``).
+
+    A new set of workers per iterator, shut down by ``trainer.data.loader.close_iterator``; with
+    ``persistent`` one set for every pass read to its end (:meth:`SlotIterator.end_pass`), shut down
+    by :meth:`shutdown` (the trainer's, at the end of fit()). A dataset with ``set_epoch`` and ``epoch``
+    (``SeededDataset``) has its epoch sent along with each batch: a persistent worker forked in an
+    earlier epoch fetches the batch under the epoch the training process is in."""
+
+    def __init__(self, dataset, batch_sampler: BatchSampler, collate_fn=None, num_workers: int = 1,
+                 persistent: bool = False):
         prefetch = 2  # paddle's default prefetch_factor: prefetch x workers batches in flight
         # a pool of prefetch + 1 slots per worker: its batches in flight and the one being taken out
         slots = slots_supported()
         self.box = SlotBox((prefetch + 1) * num_workers if slots else 0, pools=num_workers)
         self.batch_sampler = batch_sampler
-        self.loader = DataLoader(BatchFetches(dataset, self.box), batch_sampler=OneFetchPerBatch(batch_sampler, self.box),
+        self.persistent = bool(persistent)
+        self._live: Optional[SlotIterator] = None  # persistent: the iterator whose workers are kept
+        fetches = BatchFetches(dataset, self.box)
+        self.loader = DataLoader(fetches, batch_sampler=OneFetchPerBatch(batch_sampler, self.box, fetches.epoch_of),
                                  collate_fn=CollateFetched(collate_fn), num_workers=num_workers,
-                                 prefetch_factor=prefetch, return_list=True, persistent_workers=False,
+                                 prefetch_factor=prefetch, return_list=True, persistent_workers=self.persistent,
                                  use_shared_memory=not slots,  # what is left (labels) is small: pickled
                                  worker_init_fn=functools.partial(dataloader_worker_init, parent_pid=os.getpid()))
         self._previous_workers: list = []  # the last iterator's processes (not the iterator: its pipes may go)
@@ -302,8 +375,25 @@ class WorkerLoader:
         return len(self.batch_sampler)
 
     def __iter__(self) -> "SlotIterator":
+        live = self._live
+        if live is not None and drained(live._iterator):  # the persistent workers, idle: the next pass
+            if live._slots is not None:
+                live._slots.reset()  # before restart() hands out the first slots
+            restart(live._iterator)
+            return live
+        self.shutdown()
         alive = any(w.is_alive() for w in self._previous_workers)
         slots = self.box.renew(alive) if self.box.count else None
         iterator = iter(self.loader)  # forks the workers: they see box.slots as it is now
         self._previous_workers = list(getattr(iterator, "_workers", []) or [])
-        return SlotIterator(iterator, slots)
+        made = SlotIterator(iterator, slots, keep=self.persistent)
+        if self.persistent:
+            self._live = made
+        return made
+
+    def shutdown(self) -> None:
+        """End the persistent workers now (nothing without them); the next iterator starts a new set."""
+        live, self._live = self._live, None
+        if live is not None:
+            abandon_iterator(live._iterator)
+            self.loader._iterator = None  # paddle's DataLoader keeps its persistent iterator here
