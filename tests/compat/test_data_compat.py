@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 import pytest
 from helpers import ToyDataset, make_mlp
+from patience import patience
 
 from trainer import ConfigError, DataError, Trainer, TrainingArguments
 from trainer.compat.outputs import EvalPrediction, PredictionOutput, TrainOutput

@@ -165,6 +165,12 @@ VALID = {
     "load_best_model_at_end": st.just(False),
     "logging_strategy": st.sampled_from(STRATEGIES),
     "label_names": st.none() | st.lists(st.sampled_from(["labels", "start_positions", "end_positions"]), min_size=1, unique=True),
+    # the layout on one process (the degrees must divide the world size; a config word must fit the stage)
+    "sharding": st.sampled_from(["", "stage1", "stage2", "stage3", "stage2 offload"]),
+    "sharding_parallel_degree": st.sampled_from([-1, 1]),
+    "sharding_parallel_config": st.just(""),
+    "recompute_modules": st.none() | st.lists(st.sampled_from(["layers", "encoder.layers", "blocks"]), min_size=1,
+                                              unique=True),
 }
 
 
