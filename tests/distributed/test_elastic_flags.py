@@ -12,10 +12,17 @@ from trainer.cli.parser import build_parser as _parser
 from trainer.launch.restarts import launch_command
 
 ENV = dict(os.environ, PYTHONPATH=REPO)
-FLAKY = '''import os, sys
+# the first run fails once every rank has started (the launcher then stops the others: a rank it stopped before its
+# first line would count its relaunch as its first run, which a loaded machine made happen); relaunched, it succeeds
+FLAKY = '''import os, sys, time
 marker = os.path.join(sys.argv[1], "started-" + os.environ["PADDLE_TRAINER_ID"])
 first = not os.path.exists(marker)
 open(marker, "a").write(os.environ.get("PTRAIN_RESUME", "-") + "\\n")
+deadline = time.time() + 120
+ranks = int(os.environ["PADDLE_TRAINERS_NUM"])
+while first and time.time() < deadline and not all(
+        os.path.exists(os.path.join(sys.argv[1], f"started-{r}")) for r in range(ranks)):
+    time.sleep(0.05)
 sys.exit(int(sys.argv[2]) if first else 0)
 '''
 

@@ -191,9 +191,25 @@ def refuse_backlog(sock: socket.socket, line: str, budget: float = 0.5) -> int:
                 pass
             conn.sendall(_raw(REFUSED_503, line))
             conn.shutdown(socket.SHUT_WR)
+            _linger(conn, deadline)
         except OSError:
             pass
         finally:
             conn.close()
             answered += 1
     return answered
+
+
+def _linger(conn: socket.socket, deadline: float) -> None:
+    """Read until the client closes (it does, after our ``Connection: close`` answer) or ``deadline``: a request
+    that reaches a closed socket makes the kernel reset the connection, and a client then sees the reset instead of
+    the 503 (a busy machine delays the client's request past the first read)."""
+    while time.monotonic() < deadline:
+        conn.settimeout(max(0.001, min(0.1, deadline - time.monotonic())))
+        try:
+            if not conn.recv(65536):
+                return
+        except socket.timeout:
+            continue
+        except OSError:
+            return

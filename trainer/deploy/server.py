@@ -258,6 +258,8 @@ def _Server(config, state, sock):
         async def shutdown(self, sockets=None):
             line = "the server is shutting down: send the request to another replica"
             self.backlog = refuse_backlog(sock, line)
+            for listening in self.servers:  # stop listening now, not after the idle connections below: a connection
+                listening.close()           # that reached the backlog meanwhile would be reset when it closes
             for conn in list(self.server_state.connections):  # a request may be on its way: 503, never a reset
                 if getattr(conn, "waiting_for_headers", lambda: False)():
                     self.idle_closed += 1
