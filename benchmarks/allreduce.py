@@ -204,7 +204,25 @@ def worker(a) -> None:
 # =============================================================================
 # parent
 # =============================================================================
-def launch(a) -> dict:
+def launch(a, attempts: int = 3) -> dict:
+    """Run the workers under paddle's launcher. A launch whose TCP store could not start (paddle's libuv store
+    aborts when its port was taken between our free_port() and its bind: other jobs on a busy machine) is tried
+    again on another port, ``attempts`` in all; any other failure is raised at once."""
+    for attempt in range(attempts):
+        try:
+            return _launch_once(a)
+        except common.BenchmarkError as exc:
+            if attempt == attempts - 1 or not any(s in str(exc) for s in _STORE_FAILED):
+                raise
+            print("allreduce: the launcher's TCP store did not start (a port race); trying again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+#: what paddle prints when its TCP store cannot start (CreateOrGetGlobalTCPStore in the C++ traceback)
+_STORE_FAILED = ("CreateOrGetGlobalTCPStore", "uv__finish_close")
+
+
+def _launch_once(a) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-allreduce-")
     out = os.path.join(tmp, "result.json")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc),
