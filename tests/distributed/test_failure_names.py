@@ -96,4 +96,7 @@ def test_kill_9_of_rank_0_during_saves_is_reported_as_137(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 137, text[-3000:]
-    assert "exit code 137" in text and "247" not in text.split("exit code", 1)[1][:10]
+    # paddle's 247 is never reported; ptrain says 137, or (when the surviving rank recorded an error of its own
+    # while rank 0 died, seen once under a loaded full run) names that rank's error, and still exits 137
+    assert "exit code 247" not in text and "(exit 247)" not in text
+    assert "exit code 137" in text or " failed (exit " in text, text[-3000:]
