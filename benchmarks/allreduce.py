@@ -14,7 +14,7 @@ define them: algorithm bandwidth = bytes / time, bus bandwidth = algbw x
 2(n-1)/n (what each link carries in a ring all-reduce; compare it with the
 link's rate).
 
-Gradient sync: the MLP and the small ERNIE of ``benchmarks.workloads`` in
+Gradient sync: the MLP and the ERNIE-style model of ``benchmarks.workloads`` in
 ``paddle.DataParallel``, a hand-written loop on each rank's shard. Blocks of
 steps with synchronization alternate with blocks inside ``model.no_sync()``
 (the same step without the gradient all-reduce); sync cost = step time with

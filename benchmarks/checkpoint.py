@@ -2,21 +2,15 @@
 asynchronous), checkpoint size, load time, and resume time against the
 position in the epoch.
 
-Stall (one child process per mode, ``save_async`` false, then true): an MLP of
-``--params`` million parameters (default 20 M: 1024 -> H -> H -> 1024) trains
-with AdamW, saving every ``--every`` steps. A callback stamps a host clock at
-every ``on_step_end``; a save runs right after the step that triggers it, so
-it lands in the interval that ends with the next step. ``stall`` = that
-interval minus the median interval of the synchronous run's steps that are not
-near a save (the reference step); ``lost per save`` = the sum, over the
-``--every`` intervals after a save, of their excess over the reference step:
-the training time a checkpoint costs in all, including the background writer
-competing with training for the CPU. ``--busy 0,2`` runs both modes idle, then
-beside 2 CPU-burning processes (a loaded 2-core machine), each against the
-sync run's reference step under the same load, and gives async / sync. Medians over the saves (the final save at
-the end of fit() is not counted). The asynchronous save copies the state to
-host memory at the step (that copy is its stall) and writes the files in a
-thread.
+Stall (one child process per load, :mod:`benchmarks.save_stall`): an MLP of ``--params`` million
+parameters (default 20 M: 1024 -> H -> H -> 1024) trains with AdamW in periods of ``--every`` steps that
+cycle no save / a synchronous save / an asynchronous one, ``--rounds`` times, interleaved so that the
+machine's drifting load hits both modes alike. ``lost per save`` = a period's wall time minus that of
+the save-free periods around it (including a background write that outlasts the period: the next
+period starts once it is done); ``stall`` = the step interval holding the save minus the median
+save-free one; and where the training thread's extra time went: CPU, run-queue wait, asleep (the GIL,
+the disk), and the CPU of the other threads (the writer). ``--busy 0,2`` (the default) runs the cycle
+beside nothing, then beside ``stress-ng --cpu 2``, and gives async / sync for each.
 
 Size and load: the bytes of each file of the last checkpoint; the median time
 of ``trainer.checkpoint.manifest.verify`` (sha256 of every file), of a whole
@@ -42,11 +36,11 @@ DataLoader, measured over ``--replay-measure`` batches, times P).
 
 Run::
 
-    python -m benchmarks checkpoint                       # the short default, under 2 minutes
-    python -m benchmarks checkpoint --params 50 --saves 5 --every 20
-    python -m benchmarks checkpoint --busy 0,2            # idle, then with 2 CPU-burning processes beside
+    python -m benchmarks checkpoint                       # the default: idle, then beside stress-ng --cpu 2
+    python -m benchmarks checkpoint --params 50 --rounds 5 --every 20
+    python -m benchmarks checkpoint --busy 0              # beside nothing only
     python -m benchmarks checkpoint --positions 10,100000 --epoch-samples 12800000
-    python -m benchmarks.checkpoint --child stall --save-async 1 --params 5   # one measurement
+    python -m benchmarks.checkpoint --child stall --params 5 --out /tmp/x   # one measurement
 """
 
 from __future__ import annotations
@@ -63,10 +57,10 @@ import time
 from typing import List
 
 try:
-    from benchmarks import common
+    from benchmarks import common, save_stall
 except ImportError:  # run as a file
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks import common
+    from benchmarks import common, save_stall
 
 
 # ---- child: stall, size, load ------------------------------------------------------------
@@ -79,12 +73,13 @@ def _hidden_for(params_m: float, width: int = 1024) -> int:
     return h
 
 
-def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch: int, out_dir: str) -> dict:
+def child_stall(params_m: float, rounds: int, every: int, batch: int, out_dir: str) -> dict:
+    """The save cycle of :mod:`benchmarks.save_stall` (no save, sync, async; ``rounds`` times), then the size, the
+    two halves of a save timed apart and the loads."""
     common.quiet_paddle_warnings()
     import numpy as np
     import paddle
 
-    from callbacks.base import Callback
     from trainer import Trainer, TrainingArguments
     from trainer.checkpoint.manifest import verify
 
@@ -103,62 +98,54 @@ def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch
         def __getitem__(self, i):
             return self.x[i], self.y[i]
 
-    class Clock(Callback):
-        order = 1000
-
-        def __init__(self):
-            self.stamps, self.saved_at = [], []
-
-        def on_step_end(self, trainer):
-            self.stamps.append(time.perf_counter())
-
-        def on_save_end(self, trainer):
-            self.saved_at.append(trainer.state.global_step)
-
     paddle.seed(0)
     model = paddle.nn.Sequential(paddle.nn.Linear(width, hidden), paddle.nn.ReLU(), paddle.nn.Linear(hidden, hidden),
                                  paddle.nn.ReLU(), paddle.nn.Linear(hidden, width))
     n_params = sum(int(np.prod(p.shape)) for p in model.parameters())
-    max_steps = every * (saves + 1)  # the end-of-fit save (not counted) comes a full period after the last one
+    warm = 3  # steps before the first period: paddle's first-call costs
+    max_steps = warm + every * len(save_stall.MODES) * rounds  # the last boundary only closes the period before
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=batch, max_steps=max_steps,
-                             learning_rate=1e-4, lr_scheduler_type="constant", save_strategy="steps",
-                             save_steps=every, save_async=save_async, report_to=[], evaluation_strategy="no")
-    clock = Clock()
+                             learning_rate=1e-4, lr_scheduler_type="constant", save_strategy="no", save_total_limit=2,
+                             report_to=[], evaluation_strategy="no")
+    probe = save_stall.make_probe(every, warm)
     trainer = Trainer(model, args, train_dataset=Synthetic(max(512, batch * 64)), loss_fn=paddle.nn.MSELoss(),
-                      callbacks=[clock])
+                      callbacks=[probe])
     start = time.perf_counter()
     trainer.fit()
     fit_seconds = time.perf_counter() - start
-
-    # intervals[i] ends at step i + 2 (stamps[0] is the end of step 1)
-    intervals = [b - a for a, b in zip(clock.stamps, clock.stamps[1:])]
-    in_loop = [s for s in clock.saved_at if s < max_steps]
-    near = set()
-    for s in in_loop:
-        near.update((s + 1, s + 2))  # the interval that holds the save, and the one after it
-    normal = [iv for i, iv in enumerate(intervals) if (i + 2) not in near and i >= 2]  # skip 2 warm-up steps
-    after_save = {s: [intervals[t - 2] for t in range(s + 1, min(s + 1 + every, len(intervals) + 2))]
-                  for s in in_loop}
-
-    ckpt = os.path.join(out_dir, "checkpoints", f"step-{max_steps}")
+    periods = save_stall.periods_of(probe)
+    trainer.args.save_async = False
+    ckpt = trainer.save_checkpoint()
     with open(os.path.join(ckpt, "manifest.json"), encoding="utf-8") as f:
         files = {name: meta["bytes"] for name, meta in json.load(f)["files"].items()}
     # the two halves of a save, timed apart: the copy to host memory (the async stall) and the files
-    snapshot_times, write_times = [], []
+    # the two halves of a save timed apart (wall and this thread's CPU): the copy to host memory (the async
+    # stall), fresh arrays against the buffers kept from the last save, and the files
+    snapshot_times, fresh_times, write_times = [], [], []
     try:
         from trainer.checkpoint import snapshot as ckpt_snapshot
         from trainer.checkpoint import writer as ckpt_writer
+        from trainer.checkpoint.host_buffers import HostBuffers
 
-        for i in range(2):
-            t = time.perf_counter()
-            snap = ckpt_snapshot.snapshot(trainer)
-            snapshot_times.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            ckpt_writer.write_snapshot(snap, os.path.join(out_dir, f"probe-{i}"), None)
-            write_times.append(time.perf_counter() - t)
+        def timed(job, *job_args):
+            t, c = time.perf_counter(), time.thread_time()
+            out = job(*job_args)
+            return out, (time.perf_counter() - t, time.thread_time() - c)
+
+        buffers = HostBuffers()
+        for i in range(3):  # the first fills the host buffers (a fit()'s first save); the others reuse them
+            fresh, took = timed(ckpt_snapshot.snapshot, trainer)
+            del fresh
+            fresh_times.append(took)
+            snap, took = timed(ckpt_snapshot.snapshot, trainer, buffers)
+            _, wrote = timed(ckpt_writer.write_snapshot, snap, os.path.join(out_dir, f"probe-{i}"), None)
+            if i:
+                snapshot_times.append(took)
+                write_times.append(wrote)
+            buffers.release()
             del snap
-    except (AttributeError, TypeError):  # the checkpoint API moved: leave these columns empty
-        snapshot_times, write_times = [None], [None]
+    except (AttributeError, TypeError, ImportError):  # the checkpoint API moved: leave these rows empty
+        snapshot_times, fresh_times, write_times = [(None, None)], [(None, None)], [(None, None)]
     verify_times, load_times, bare_times, load_cpu, bare_cpu = [], [], [], [], []
     for _ in range(5):  # interleaved: verify, our load, a bare load of the same files into the same objects
         t = time.perf_counter()
@@ -172,13 +159,16 @@ def child_stall(save_async: bool, params_m: float, saves: int, every: int, batch
         bare_load(trainer, ckpt)
         bare_times.append(time.perf_counter() - t)
         bare_cpu.append(time.process_time() - c)
-    return {"mode": "async" if save_async else "sync", "params": n_params, "hidden": hidden, "batch": batch,
-            "every": every, "saves": in_loop, "intervals": intervals, "normal": normal, "after_save": after_save,
+    return {"params": n_params, "hidden": hidden, "batch": batch, "every": every, "rounds": rounds,
+            "periods": periods, "summary": save_stall.summarize(periods),
             "fit_seconds": fit_seconds, "files": files, "verify_s": statistics.median(verify_times),
             "load_s": statistics.median(load_times), "bare_load_s": statistics.median(bare_times),
             "load_ratios": [a / b for a, b in zip(load_times, bare_times)],
-            "load_cpu_ratios": [a / b for a, b in zip(load_cpu, bare_cpu)], "snapshot_s": common.median(snapshot_times),
-            "write_s": common.median(write_times), "peak_rss_mb": common.peak_rss_mb()}
+            "load_cpu_ratios": [a / b for a, b in zip(load_cpu, bare_cpu)],
+            **{f"{name}_{kind}": common.median(t[k] for t in times) for name, times in
+               (("snapshot", snapshot_times), ("fresh_snapshot", fresh_times[1:]), ("write", write_times))
+               for k, kind in enumerate(("s", "cpu_s"))},
+            "peak_rss_mb": common.peak_rss_mb()}
 
 
 def bare_load(trainer, ckpt: str) -> None:
@@ -320,39 +310,17 @@ def _ms(seconds) -> str:
 
 
 def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
-    sync = next(r for r in stall if r["mode"] == "sync")
-    reference = statistics.median(sync["normal"])
+    first = stall[0]
     lines = [f"## Checkpoint cost ({common.machine_line(info)})", "", load_line, ""]
-    lines += [f"MLP of {sync['params'] / 1e6:.1f} M parameters (hidden {sync['hidden']}), AdamW, batch {sync['batch']}, "
-              f"a save every {sync['every']} steps; reference step (median of the sync run's steps not right after a save): {_ms(reference)} ms; "
-              f"medians over {len(sync['saves'])} saves.", ""]
-    rows = []
-
-    def reference_of(r):  # the sync run's normal step beside the same load
-        same = [x for x in stall if x["mode"] == "sync" and x.get("busy", 0) == r.get("busy", 0)]
-        return statistics.median(same[0]["normal"]) if same else reference
-
-    for r in stall:
-        ref = reference_of(r)
-        stalls = [r["after_save"][s][0] - ref for s in r["saves"] if r["after_save"][s]]
-        lost = [sum(iv - ref for iv in r["after_save"][s]) for s in r["saves"]]
-        rows.append([f"save_async={'true' if r['mode'] == 'async' else 'false'}", str(r.get("busy", 0)),
-                     _ms(common.median(stalls)),
-                     _ms(min(stalls) if stalls else None) + " - " + _ms(max(stalls) if stalls else None),
-                     _ms(common.median(lost)), common.fmt(r["fit_seconds"], 1)])
-    lines.append(common.markdown_table(["save", "busy processes", "stall at the save step (ms)", "range (ms)",
-                                        f"training time lost per save, over {sync['every']} steps (ms)",
-                                        "whole fit() (s)"], rows))
+    lines += [f"MLP of {first['params'] / 1e6:.1f} M parameters (hidden {first['hidden']}), AdamW, batch {first['batch']}; "
+              f"periods of {first['every']} steps cycling no save / sync / async, {first['rounds']} rounds per load, "
+              f"in one process per load; save-free step: "
+              + ", ".join(f"{_ms(r['summary']['ref_step'])} ms ({r['load']})" for r in stall) + ".", ""]
+    lines.append(common.markdown_table(save_stall.HEADERS, save_stall.table(stall)))
     lines.append("")
-    ratios = []
-    for busy in sorted({r.get("busy", 0) for r in stall}):
-        lost = {r["mode"]: common.median([sum(iv - reference_of(r) for iv in r["after_save"][s]) for s in r["saves"]])
-                for r in stall if r.get("busy", 0) == busy}
-        if "sync" in lost and "async" in lost and lost["sync"]:
-            ratios.append([str(busy), common.fmt(lost["async"] / lost["sync"], 2)])
-    if ratios:
-        lines.append(common.markdown_table(["busy processes", "time lost per save, async / sync"], ratios))
-        lines.append("")
+    lines.append(common.markdown_table(save_stall.RATIO_HEADERS, save_stall.ratios(stall)))
+    lines.append("")
+    sync = first
     files = sync["files"]
     total = sum(files.values())
     size_rows = [[name, common.fmt_size(size)] for name, size in sorted(files.items())] + [["total", common.fmt_size(total)]]
@@ -362,12 +330,16 @@ def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
         return f"{total / 2 ** 20 / seconds:.0f} MiB/s" if seconds and seconds == seconds else "n/a"
 
     lines.append(common.markdown_table(
-        ["part of a save or load", "median (ms)", "throughput"],
-        [["snapshot: copy the state to host memory (at the step)", _ms(sync["snapshot_s"]), rate(sync["snapshot_s"])],
-         ["write: files, fsync, sha256, rename (background when async)", _ms(sync["write_s"]), rate(sync["write_s"])],
-         ["manifest verify (sha256 of every file)", _ms(sync["verify_s"]), rate(sync["verify_s"])],
-         ["Trainer.load_checkpoint (read once, hashing while reading, + set)", _ms(sync["load_s"]), rate(sync["load_s"])],
-         ["bare load of the same files (safetensors read + set_state_dict, no check)", _ms(sync.get("bare_load_s")),
+        ["part of a save or load", "median (ms)", "CPU of the thread (ms)", "throughput"],
+        [["snapshot: copy the state to host memory into the buffers of the last save (at the step)",
+          _ms(sync["snapshot_s"]), _ms(sync.get("snapshot_cpu_s")), rate(sync["snapshot_s"])],
+         ["snapshot into new arrays (fresh pages; before issue 33)", _ms(sync.get("fresh_snapshot_s")),
+          _ms(sync.get("fresh_snapshot_cpu_s")), rate(sync.get("fresh_snapshot_s"))],
+         ["write: files hashed as written, fsync, rename (background when async)", _ms(sync["write_s"]),
+          _ms(sync.get("write_cpu_s")), rate(sync["write_s"])],
+         ["manifest verify (sha256 of every file)", _ms(sync["verify_s"]), "", rate(sync["verify_s"])],
+         ["Trainer.load_checkpoint (read once, hashing while reading, + set)", _ms(sync["load_s"]), "", rate(sync["load_s"])],
+         ["bare load of the same files (safetensors read + set_state_dict, no check)", _ms(sync.get("bare_load_s")), "",
           rate(sync.get("bare_load_s"))]]))
     lines.append("")
     if sync.get("load_ratios"):
@@ -392,10 +364,19 @@ def report(stall: List[dict], resume: dict, info: dict, load_line: str) -> str:
     return "\n".join(lines)
 
 
+def _burners(n: int) -> list:
+    """``n`` CPU-burning processes: ``stress-ng --cpu n`` (one process), else Python spinners."""
+    if n <= 0:
+        return []
+    if shutil.which("stress-ng"):
+        return [subprocess.Popen(["stress-ng", "--cpu", str(n), "--quiet"], stdout=subprocess.DEVNULL)]
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n\n")[0])
     p.add_argument("--params", type=float, default=20, help="MLP parameters, in millions (default 20)")
-    p.add_argument("--saves", type=int, default=3, help="in-loop saves per mode (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of no save / sync / async per load (default 3)")
     p.add_argument("--every", type=int, default=8, help="steps between saves (default 8)")
     p.add_argument("--batch", type=int, default=16, help="batch of the stall runs (default 16)")
     p.add_argument("--positions", default="10,1000,10000,19990", help="resume positions (default 10,1000,10000,19990)")
@@ -403,60 +384,60 @@ def main(argv=None) -> int:
     p.add_argument("--resume-batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="resumes per position (default 3)")
     p.add_argument("--replay-measure", type=int, default=300, help="batches iterated to estimate replay cost")
-    p.add_argument("--busy", default="0", help="CPU-burning processes beside the stall runs, a list run in turn "
-                   "(default 0; 0,2: idle, then both cores of a 2-core machine kept busy)")
+    p.add_argument("--busy", default="0,2", help="stress-ng --cpu workers beside the stall runs, a list run in turn "
+                   "(default 0,2: none, then both cores of a 2-core machine kept busy)")
     p.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary directory)")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
     p.add_argument("--json", help="write the raw measurements to this file")
-    # --child stall | resume (one measurement per process), or a comma list with --save-async 0,1: several in
-    # one process (the smoke test: one paddle import instead of three), each in its own directory under --out
+    # --child stall | resume (one measurement per process), or stall,resume: both in one process (the smoke
+    # test: one paddle import instead of two), each in its own directory under --out
     p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--save-async", default="0", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     positions = [int(x) for x in common.split_list(a.positions)]
     if a.child:
-        jobs = [(kind, int(mode)) for kind in common.split_list(a.child)
-                for mode in (common.split_list(a.save_async) if kind == "stall" else [0])]
-        if any(kind not in ("stall", "resume") for kind, _ in jobs):
+        jobs = common.split_list(a.child)
+        if any(kind not in ("stall", "resume") for kind in jobs):
             p.error(f"--child {a.child!r}: choose stall, resume or both")
-        for kind, mode in jobs:
-            out = a.out if len(jobs) == 1 else os.path.join(a.out, f"{kind}-{mode}")
+        for kind in jobs:
+            out = a.out if len(jobs) == 1 else os.path.join(a.out, kind)
             if kind == "stall":
-                common.emit(child_stall(bool(mode), a.params, a.saves, a.every, a.batch, out))
+                common.emit(child_stall(a.params, a.rounds, a.every, a.batch, out))
             else:
                 common.emit(child_resume(positions, a.epoch_samples, a.resume_batch, a.repeats, a.replay_measure, out))
         return 0
-    if a.saves < 1 or a.every < 2:
-        p.error("--saves must be >= 1 and --every >= 2")
+    if a.rounds < 1 or a.every < 2:
+        p.error("--rounds must be >= 1 and --every >= 2")
     if max(positions) >= a.epoch_samples // a.resume_batch:
         p.error(f"--positions must be below the {a.epoch_samples // a.resume_batch} steps of an epoch")
 
     info = common.machine_info()
-    print(f"# checkpoint: {a.params:g} M parameters, {a.saves} saves every {a.every} steps; "
+    print(f"# checkpoint: {a.params:g} M parameters, {a.rounds} rounds of no save / sync / async, {a.every} steps each; "
           f"{common.machine_line(info)}", flush=True)
     root = tempfile.mkdtemp(prefix="bench-ckpt-", dir=a.dir)
     stall = []
     try:
         for busy in (int(b) for b in common.split_list(a.busy)):  # idle, then the machine kept busy, in one run
-            for mode in (0, 1):
-                out = os.path.join(root, f"stall-{mode}")
-                cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "stall", "--save-async", str(mode),
-                       "--params", str(a.params), "--saves", str(a.saves), "--every", str(a.every),
-                       "--batch", str(a.batch), "--out", out]
-                burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-                try:
-                    res = common.run_child(cmd, timeout=a.timeout)
-                finally:
-                    for b in burners:
-                        b.kill()
-                        b.wait()
-                res["busy"] = busy
-                stall.append(res)
-                shutil.rmtree(out, ignore_errors=True)
-                print(f"  save_async={bool(mode)}, {busy} busy: fit {res['fit_seconds']:.1f} s, saves at {res['saves']}",
-                      flush=True)
+            out = os.path.join(root, f"stall-{busy}")
+            cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "stall", "--params", str(a.params),
+                   "--rounds", str(a.rounds), "--every", str(a.every), "--batch", str(a.batch), "--out", out]
+            burners = _burners(busy)
+            before = os.getloadavg()[0]
+            try:
+                res = common.run_child(cmd, timeout=a.timeout)
+            finally:
+                for b in burners:
+                    b.kill()
+                    b.wait()
+            after = os.getloadavg()[0]
+            res["busy"] = busy
+            res["load"] = (f"{busy} x stress-ng --cpu" if busy else "no burners") + \
+                f" (load average {before:.1f} -> {after:.1f})"
+            stall.append(res)
+            shutil.rmtree(out, ignore_errors=True)
+            lost = {m: v["lost"] for m, v in res["summary"]["modes"].items()}
+            print(f"  {res['load']}: fit {res['fit_seconds']:.1f} s, lost per save (s) {lost}", flush=True)
         cmd = [sys.executable, "-m", "benchmarks.checkpoint", "--child", "resume", "--positions", a.positions,
                "--epoch-samples", str(a.epoch_samples), "--resume-batch", str(a.resume_batch),
                "--repeats", str(a.repeats), "--replay-measure", str(a.replay_measure),
@@ -465,9 +446,6 @@ def main(argv=None) -> int:
         print(f"  resume: {len(positions)} positions x {a.repeats}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    # JSON keys of after_save come back as strings
-    for r in stall:
-        r["after_save"] = {int(k): v for k, v in r["after_save"].items()}
     text = report(stall, resume, info, common.load_line())
     print()
     print(text)

@@ -36,6 +36,11 @@ Checks (each PASS, FAIL or SKIP with the reason and the numbers measured):
   (``tests/distributed/workers/oom_toy.py``, the worker the CPU test runs under RLIMIT_AS).
 - ``sharding``, ``sharding_offload_amp``: sharding stages 1/2/3 (+ recompute, offload, AMP O2, master
   gradients) on 2 cards against one card, unshimmed (``benchmarks/gpu_sharding.py``; 2+ cards).
+- ``tensor_parallel``: tensor parallel 2 (and dp 2 x mp 2 on 4 cards) against one card, unshimmed: NCCL's
+  in-stream all-reduce, the c_identity kernel (``benchmarks/gpu_tensor_parallel.py``; 2+ cards).
+- ``pipeline_parallel``, ``pipeline_parallel_failure``: 2 stages over 2 and 4 micro-batches (and dp 2 x pp 2 on 4
+  cards) against one card, unshimmed: NCCL's point-to-point calls, the launcher's device id; a killed stage ends
+  the job within a bound with a restartable code (``benchmarks/gpu_pipeline_parallel.py``; 2+ cards).
 
 Without a GPU it says so and exits 0 (the CPU test suite covers the rest).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -59,6 +64,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from benchmarks import gpu_sharding  # noqa: E402 - after the repository is on sys.path
+from benchmarks import gpu_tensor_parallel  # noqa: E402
+from benchmarks import gpu_pipeline_parallel  # noqa: E402
 
 
 @dataclass
@@ -288,7 +295,7 @@ def check_rng_resume(tmp: str) -> Row:
 def check_dali(tmp: str) -> Row:
     import numpy as np
 
-    from benchmarks.dataloader import generate_jpegs
+    from benchmarks.jpeg_sets import generate_jpegs
     from models.resnet.dali import DaliImageFolder, dali_missing, default_threads
     from models.resnet.turbo import TurboTransform
 
@@ -358,6 +365,10 @@ CHECKS: Dict[str, Callable[[int, str], Row]] = {
     "oom_retry": lambda n, tmp: check_oom_retry(tmp),
     "sharding": lambda n, tmp: Row("sharding", *gpu_sharding.check_sharding(n, tmp)),
     "sharding_offload_amp": lambda n, tmp: Row("sharding_offload_amp", *gpu_sharding.check_offload_amp(n, tmp)),
+    "tensor_parallel": lambda n, tmp: Row("tensor_parallel", *gpu_tensor_parallel.check_tensor_parallel(n, tmp)),
+    "pipeline_parallel": lambda n, tmp: Row("pipeline_parallel", *gpu_pipeline_parallel.check_pipeline_parallel(n, tmp)),
+    "pipeline_parallel_failure": lambda n, tmp: Row("pipeline_parallel_failure",
+                                                    *gpu_pipeline_parallel.check_pipeline_failure(n, tmp)),
 }
 
 

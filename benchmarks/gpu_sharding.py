@@ -73,15 +73,39 @@ def worker(out_dir: str, opts: dict) -> None:
             json.dump([r["loss"] for r in state.log_history if "loss" in r], f)
 
 
-def _run(tmp: str, name: str, opts: dict, cards: str) -> list:
+def launch_on_cards(script: str, tmp: str, name: str, opts: dict, cards: str) -> str:
+    """``script OUT JSON_OPTIONS`` under paddle's launcher on ``cards`` ("0,1"); returns OUT (``tmp/name``)."""
     out = os.path.join(tmp, name)
     os.makedirs(out, exist_ok=True)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--devices", cards, "--log_dir",
-           os.path.join(out, "log"), os.path.abspath(__file__), out, json.dumps(opts)]
+           os.path.join(out, "log"), script, out, json.dumps(opts)]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: launch exited {proc.returncode}: {proc.stderr[-400:]}")
+    return out
+
+
+def compare_on_cards(run, n: int, one: dict, modes, tolerance: float):
+    """``run(name, opts, cards) -> {step: loss}`` on one card, then on each ``(name, opts, cards)`` of ``modes`` that
+    ``n`` cards allow: (PASS or FAIL, the max loss difference per mode); a mode with a non-finite loss fails."""
+    base = run("one-card", one, "0")
+    worst, parts = 0.0, []
+    for name, opts, cards in modes:
+        if cards > n:
+            parts.append(f"{name} skipped ({cards} cards)")
+            continue
+        losses = run(name.replace(" ", ""), opts, ",".join(str(i) for i in range(cards)))
+        finite = all(math.isfinite(v) for v in losses.values())
+        diff = max(abs(losses[k] - base[k]) for k in base) if finite else float("inf")
+        worst = max(worst, diff)
+        parts.append(f"{name} {diff:.2g}")
+    return ("PASS" if worst <= tolerance else "FAIL"), f"max loss difference vs one card (limit {tolerance}): " + \
+        ", ".join(parts)
+
+
+def _run(tmp: str, name: str, opts: dict, cards: str) -> list:
+    out = launch_on_cards(os.path.abspath(__file__), tmp, name, opts, cards)
     with open(os.path.join(out, "losses.json"), encoding="utf-8") as f:
         return json.load(f)
 

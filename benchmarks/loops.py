@@ -20,19 +20,25 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import List
+from typing import List, Optional
 
 NEED_CHECKPOINTS = ("LossSpikeRecovery",)  # callbacks that refuse save_strategy="no"
 ONCE_PER_FIT = ("fit_begin", "fit_end", "exception", "load_begin", "load_end")  # outside the timed window
 
 class StepClock:
     """Host time at the end of every step; CPU time (``process_time``: all threads)
-    at the end of the warm-up and of every slice of ``slice_steps`` steps after it.
+    and the training thread's own CPU time (``thread_time``) at the end of the
+    warm-up and of every slice of ``slice_steps`` steps after it.
 
-    ``summary()`` gives the whole window (steps/s, ms/step, CPU ms/step) and the
-    fastest slice (``best_slice_ms``, ``best_slice_cpu_ms``): on a machine where
-    other work comes and goes, the fastest slice of ~10 is close to what the loop
-    costs when it has the cores to itself (the ``min`` of timeit, per process).
+    ``summary()`` gives the whole window (steps/s, ms/step, CPU ms/step, the CPU
+    of the threads other than the training thread per step) and the fastest slice
+    (``best_slice_ms``, ``best_slice_cpu_ms``): on a machine where other work comes
+    and goes, the fastest slice of ~10 is close to what the loop costs when it has
+    the cores to itself (the ``min`` of timeit, per process). With :meth:`start`
+    called before the loop is built, it adds the one-time set-up: wall and CPU
+    time from ``start()`` to the end of the first step (building the trainer,
+    starting the loggers and workers, the first step), and what that exceeds
+    one measured step by (``setup_extra_*``: the cost paid once, not per step).
     """
 
     def __init__(self, warmup: int, total: int, slices: int = 10):
@@ -40,12 +46,22 @@ class StepClock:
         self.slice_steps = max(1, (total - warmup) // slices)
         self.marks: List[float] = []
         self.cpu_marks: List[float] = []
+        self.thread_marks: List[float] = []
+        self.started: Optional[tuple] = None
+        self.first: Optional[tuple] = None
+
+    def start(self) -> None:
+        """The loop is about to be built (the Trainer, its loggers) and run."""
+        self.started = (time.perf_counter(), time.process_time())
 
     def tick(self) -> None:
         self.marks.append(time.perf_counter())
         done = len(self.marks) - self.warmup
         if done >= 0 and done % self.slice_steps == 0:
             self.cpu_marks.append(time.process_time())
+            self.thread_marks.append(time.thread_time())
+        if len(self.marks) == 1 and self.started is not None:
+            self.first = (self.marks[0], time.process_time())
 
     def summary(self) -> dict:
         if len(self.marks) != self.total:
@@ -56,10 +72,17 @@ class StepClock:
                  for i in range(measured // k)]
         cpus = [b - a for a, b in zip(self.cpu_marks, self.cpu_marks[1:])]
         cpu_total = self.cpu_marks[-1] - self.cpu_marks[0]
+        thread_total = self.thread_marks[-1] - self.thread_marks[0]
         cpu_steps = (len(self.cpu_marks) - 1) * k
-        return {"steps": measured, "seconds": window, "steps_per_s": measured / window,
-                "ms_per_step": 1e3 * window / measured, "cpu_ms_per_step": 1e3 * cpu_total / cpu_steps,
-                "slice_steps": k, "best_slice_ms": 1e3 * min(walls) / k, "best_slice_cpu_ms": 1e3 * min(cpus) / k}
+        out = {"steps": measured, "seconds": window, "steps_per_s": measured / window,
+               "ms_per_step": 1e3 * window / measured, "cpu_ms_per_step": 1e3 * cpu_total / cpu_steps,
+               "other_threads_cpu_ms_per_step": 1e3 * (cpu_total - thread_total) / cpu_steps,
+               "slice_steps": k, "best_slice_ms": 1e3 * min(walls) / k, "best_slice_cpu_ms": 1e3 * min(cpus) / k}
+        if self.first is not None:
+            setup_s, setup_cpu_s = self.first[0] - self.started[0], self.first[1] - self.started[1]
+            out.update(setup_s=setup_s, setup_cpu_s=setup_cpu_s,
+                       setup_extra_s=setup_s - window / measured, setup_extra_cpu_s=setup_cpu_s - cpu_total / cpu_steps)
+        return out
 
 
 def run_bare(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed) -> dict:

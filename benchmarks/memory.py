@@ -2,7 +2,8 @@
 that still trains under one fixed per-rank memory limit.
 
 Modes: plain data parallel (``dp``), sharding ``stage1`` / ``stage2`` / ``stage3`` (``trainer.parallel``:
-fleet's DygraphShardingOptimizer, paddle's group_sharded), each also with ``recompute``. Every mode trains
+fleet's DygraphShardingOptimizer, paddle's group_sharded), each also with ``recompute``; tensor parallel ``mp2``;
+pipeline parallel ``pp2`` (the same network as a ``PipelineLayer``, 2 stages, 2 micro-batches a step). Every mode trains
 the same ERNIE-style transformer (token + position embeddings, a LayerList of post-norm encoder layers,
 a classifier on the first token; random weights, random tokens; ReLU in the feed-forward: paddle's MKL GELU
 gradient segfaults under an address-space limit instead of raising) with AdamW over 2 processes
@@ -51,13 +52,17 @@ from benchmarks import common  # noqa: E402
 
 MODES = ("dp", "dp+recompute", "stage1", "stage1+recompute", "stage2", "stage2+recompute", "stage3",
          "stage3+recompute")
+MODES += ("mp2", "mp2+recompute")  # tensor parallel 2: models/ernie/parallel_model.py, the same shape
+MODES += ("pp2",)  # pipeline parallel 2: the same shape as a PipelineLayer over 2 stages, 2 micro-batches a step
 SHIM = os.path.join(common.REPO, "tests", "parallel", "cpu_sharding_shim.py")
+HYBRID_SHIM = os.path.join(common.REPO, "tests", "parallel", "cpu_hybrid_shim.py")
 
 
 def parse_mode(mode: str) -> tuple:
     """``stage3+recompute`` -> (``"stage3"``, True); ``dp`` -> (``""``, False)."""
     base, _, extra = mode.partition("+")
-    if base not in ("dp", "stage1", "stage2", "stage3") or extra not in ("", "recompute"):
+    if base not in ("dp", "stage1", "stage2", "stage3", "mp2", "pp2") or extra not in ("", "recompute") or \
+            (base == "pp2" and extra):
         raise SystemExit(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
     return ("" if base == "dp" else base), extra == "recompute"
 
@@ -91,6 +96,55 @@ def build_model(hidden: int, layers: int, heads: int, vocab: int, seq: int):
     return Encoder()
 
 
+def build_tp_model(a, degree: int):
+    """The same shape as :func:`build_model` (plus ERNIE's pooler and token types), tensor parallel over ``degree``
+    ranks with fleet's parallel layers (ReLU in the feed-forward, as build_model's)."""
+    from models.ernie.parallel_model import ErnieTPConfig, ErnieTPForSequenceClassification
+
+    return ErnieTPForSequenceClassification(ErnieTPConfig(
+        vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers, num_attention_heads=a.heads,
+        intermediate_size=4 * a.hidden, max_position_embeddings=a.seq, num_labels=2, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, hidden_act="relu", tensor_parallel_degree=degree))
+
+
+def build_pp_model(a, stages: int):
+    """:func:`build_model`'s network as a ``PipelineLayer`` over ``stages`` (each rank builds its stage's layers)."""
+    import paddle
+    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
+
+    class Embed(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.tokens = paddle.nn.Embedding(a.vocab, a.hidden)
+            self.positions = paddle.nn.Embedding(a.seq, a.hidden)
+            self.norm = paddle.nn.LayerNorm(a.hidden)
+
+        def forward(self, input_ids):
+            positions = paddle.arange(input_ids.shape[1]).unsqueeze(0)
+            return self.norm(self.tokens(input_ids) + self.positions(positions))
+
+    class Head(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.classifier = paddle.nn.Linear(a.hidden, 2)
+
+        def forward(self, h):
+            return self.classifier(h[:, 0])
+
+    block = dict(d_model=a.hidden, nhead=a.heads, dim_feedforward=4 * a.hidden, dropout=0.0, activation="relu")
+    layers = [LayerDesc(Embed)] + [LayerDesc(paddle.nn.TransformerEncoderLayer, **block) for _ in range(a.layers)]
+    return PipelineLayer(layers + [LayerDesc(Head)], num_stages=stages, loss_fn=paddle.nn.CrossEntropyLoss())
+
+
+def _load_shim(path: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)  # TEST-ONLY shim, on purpose
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    shim.install()
+
+
 def worker(a) -> None:
     common.quiet_paddle_warnings()
     import numpy as np
@@ -102,13 +156,12 @@ def worker(a) -> None:
     from trainer import distributed as dist
 
     sharding, recompute = parse_mode(a.mode)
-    if sharding in ("stage2", "stage3") and not paddle.is_compiled_with_cuda():
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("cpu_sharding_shim", SHIM)  # TEST-ONLY shim, on purpose
-        shim = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(shim)
-        shim.install()
+    mp = 2 if sharding == "mp2" else 1
+    pp = 2 if sharding == "pp2" else 1
+    sharding = "" if mp > 1 or pp > 1 else sharding
+    shimmed = (sharding in ("stage2", "stage3") or mp > 1 or pp > 1) and not paddle.is_compiled_with_cuda()
+    if shimmed:
+        _load_shim(HYBRID_SHIM if mp > 1 or pp > 1 else SHIM)
     rank, world = dist.get_rank(), dist.get_world_size()
     rng = np.random.RandomState(0)
     n = a.batch * world * (a.steps + 1)
@@ -143,13 +196,22 @@ def worker(a) -> None:
             self.times.append(trainer.state.last_step_time)
 
     paddle.seed(0)
-    model = build_model(a.hidden, a.layers, a.heads, a.vocab, a.seq)
-    params = int(sum(int(np.prod(p.shape)) for p in model.parameters()))
-    measure = Measure()
-    args = TrainingArguments(output_dir=a.out_dir, per_device_train_batch_size=a.batch, max_steps=a.steps,
+    # the same global batch in every mode: the ranks of a tensor-parallel group read the same batch
+    # (the stages of a pipeline read the same batch too: 2 micro-batches of a.batch make the step's)
+    args = TrainingArguments(output_dir=a.out_dir, per_device_train_batch_size=a.batch * mp, max_steps=a.steps,
+                             pipeline_parallel_degree=pp, gradient_accumulation_steps=pp,
                              learning_rate=1e-4, logging_steps=a.steps, report_to=[], save_strategy="no",
                              evaluation_strategy="no", sharding=sharding, recompute=recompute, device="cpu",
-                             overwrite_output_dir=True, seed=0)
+                             overwrite_output_dir=True, seed=0, tensor_parallel_degree=mp)
+    model = build_tp_model(a, mp) if mp > 1 else build_pp_model(a, pp) if pp > 1 else \
+        build_model(a.hidden, a.layers, a.heads, a.vocab, a.seq)
+    held = [(int(np.prod(p.shape)), bool(getattr(p, "is_distributed", False))) for p in model.parameters()]
+    params = sum(n * (mp if split else 1) for n, split in held)  # the whole model's
+    if pp > 1:  # each stage holds its layers: the whole model is every stage's
+        counts: list = []
+        paddle.distributed.all_gather_object(counts, params)
+        params = sum(counts)
+    measure = Measure()
     trainer = Trainer(model, args, train_dataset=Data(), loss_fn=paddle.nn.CrossEntropyLoss(), callbacks=[measure])
     # the default NaNGuard keeps the parameters it found at on_fit_begin, before stage 3 slices them, and its check
     # then reads a parameter that holds no memory (found here; reported for trainer.parallel): measured without it
@@ -166,7 +228,7 @@ def worker(a) -> None:
     result = {"rank": rank, "world_size": world, "mode": a.mode, "params": params, "layers": a.layers,
               "before_rss_mb": before_rss, "peak_rss_mb": common.peak_rss_mb(), "loss": loss,
               "step_s": common.median(measure.times[1:] or measure.times), "steps": len(measure.times),
-              "shim": sharding in ("stage2", "stage3") and not paddle.is_compiled_with_cuda(),
+              "shim": shimmed, "params_per_rank": sum(n for n, _ in held),
               "layout": trainer.layout.describe()}
     with open(os.path.join(a.out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as f:
         json.dump(result, f)
@@ -243,11 +305,22 @@ def report(table: list, largest: list, a, info: dict) -> str:
              f"{a.nproc} processes (gloo on CPU); model: hidden {a.hidden}, {a.heads} heads, sequence {a.seq}, "
              f"vocabulary {a.vocab}, per-device batch {a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps.",
              ""]
-    if any(r["ranks"][0]["shim"] for r in table + [x for x in largest if x.get("ranks")]) or any(
-            parse_mode(m)[0] in ("stage2", "stage3") for m in common.split_list(a.modes)):
+    if any(parse_mode(m)[0] in ("stage2", "stage3") for m in common.split_list(a.modes)):
         parts += ["**stage2 / stage3 on this CPU build ran through the TEST-ONLY shim "
                   "`tests/parallel/cpu_sharding_shim.py`** (paddle's CPU guards of group_sharded bypassed; on a "
                   "GPU they run unshimmed).", ""]
+    if any(parse_mode(m)[0] == "mp2" for m in common.split_list(a.modes)):
+        parts += ["**mp2 (tensor parallel 2, models/ernie/parallel_model.py) on this CPU build ran through the TEST-ONLY "
+                  "shim `tests/parallel/cpu_hybrid_shim.py`** (paddle's GPU-only all-reduce and c_identity replaced "
+                  "by the same arithmetic); parameters: the whole model's, " + ", ".join(
+                      f"{r['mode']} {r['ranks'][0]['params_per_rank']:,} per rank" for r in table
+                      if parse_mode(r["mode"])[0] == "mp2") + ".", ""]
+    if any(parse_mode(m)[0] == "pp2" for m in common.split_list(a.modes)):
+        parts += ["**pp2 (pipeline parallel 2: the same network as a PipelineLayer, 2 micro-batches a step) on this "
+                  "CPU build ran through the TEST-ONLY shim `tests/parallel/cpu_hybrid_shim.py`** (the device id and "
+                  "gloo's send/recv in place of the calculation stream's); parameters: the whole model's, " + ", ".join(
+                      f"{r['mode']} {' / '.join(format(x['params_per_rank'], ',') for x in r['ranks'])} per rank"
+                      for r in table if parse_mode(r["mode"])[0] == "pp2") + ".", ""]
     if table:
         base = next((r for r in table if r["mode"] == "dp"), table[0])
         base_growth = max(x["peak_rss_mb"] - x["before_rss_mb"] for x in base["ranks"])

@@ -40,6 +40,20 @@ of the parameters are printed. Checkpoint saving is off in every variant
 (``save_strategy="no"``) so the timed window holds training steps only;
 evaluation never runs (there is no evaluation set).
 
+Workloads (``benchmarks.workloads``): ``mlp`` (a 0.36 ms step: what the loop
+itself costs), and two real models, ``ernie`` (ERNIE-style: 4 layers, hidden 256,
+sequence 128) and ``resnet50``, whose steps take ~0.4 s of CPU here. On those the
+default variants are bare, ours, ours-quiet and the framework their users know
+(PaddleNLP's Trainer on ERNIE, ``Model.fit`` on ResNet-50), 60 steps after 5
+warm-up steps, and the figure judged is CPU time per step (every thread of the
+process; paddle's intra-op threads too) against the bare loop's, paired per
+round (target: the defaults within 0.5%). The one-time set-up is reported
+apart: from building the loop (the Trainer, its loggers and workers) to the
+end of its first step, and what that exceeds one measured step by. Beside it,
+robust to other work on the machine, what ours adds: the training thread's
+CPU inside the callbacks' hooks (read by a thread clock around each hook,
+~1 µs, nothing against these steps) and the CPU of the threads beside it.
+
 Timing: every variant records a host clock at the end of each step (the bare
 loop inline, the frameworks through their step-end callback, the same one
 ``perf_counter`` call). Throughput is the steps after the ``warmup`` steps
@@ -50,7 +64,8 @@ variants of one round run back to back) and the median over rounds is shown.
 
 Run::
 
-    python -m benchmarks overhead                      # the short default, a few minutes
+    python -m benchmarks overhead                      # every workload: ~20 min on an idle machine
+    python -m benchmarks overhead --workloads ernie,resnet50 --repeats 3   # the real models
     python -m benchmarks overhead --workloads mlp --repeats 5 --steps 5000
     python -m benchmarks overhead --workloads mlp --breakdown     # the cost of each built-in callback
     python -m benchmarks overhead --workloads mlp --callback-cpu  # CPU inside each hook of the defaults
@@ -72,13 +87,15 @@ from benchmarks.loops import StepClock, run_bare, run_hapi, run_ours, run_paddle
 
 VARIANTS = ("bare", "ours", "ours-quiet", "ours-all", "paddlenlp", "hapi", "ours-read-ahead")
 # per workload: (warmup steps, measured steps, repeats) of the short default
-DEFAULTS = {"mlp": (200, 1000, 3), "ernie": (1, 3, 2), "resnet50": (1, 3, 2)}
-# on the slow workloads the progress bar costs nothing measurable: ours-quiet is left out by default
-# ours-read-ahead (dataloader_read_ahead=True) only when asked for
+DEFAULTS = {"mlp": (200, 1000, 3), "ernie": (5, 60, 3), "resnet50": (5, 60, 3)}
+# ours-read-ahead (dataloader_read_ahead=True) only when asked for; on the real models each framework
+# is measured on the workload its users run: PaddleNLP's Trainer on ERNIE, Model.fit on ResNet-50
 ON_REQUEST = ("ours-read-ahead",)
 _BY_DEFAULT = tuple(v for v in VARIANTS if v not in ON_REQUEST)
-DEFAULT_VARIANTS = {"mlp": _BY_DEFAULT, "ernie": tuple(v for v in _BY_DEFAULT if v != "ours-quiet"),
-                    "resnet50": tuple(v for v in _BY_DEFAULT if v != "ours-quiet")}
+DEFAULT_VARIANTS = {"mlp": _BY_DEFAULT, "ernie": ("bare", "ours", "ours-quiet", "paddlenlp"),
+                    "resnet50": ("bare", "ours", "ours-quiet", "hapi")}
+REAL_MODELS = ("ernie", "resnet50")  # judged on CPU time per step (TARGET_CPU_RATIO), set-up apart
+TARGET_CPU_RATIO = 1.005
 # the issue's targets: the defaults within 5% of the bare loop on an idle machine, within 10% under load
 # (judged then on the fastest slices); every built-in callback on: at most 0.2 ms a step added
 TARGETS = {"ours": (0.95, None), "ours-quiet": (0.95, None), "ours-all": (None, 0.2)}
@@ -144,6 +161,7 @@ def child(variant: str, workload: str, steps: int, warmup: int, seed: int, profi
 
             prof = cProfile.Profile()
             prof.enable()
+        clock.start()  # the set-up (trainer, loggers, workers) and the first step are reported apart
         if runner is not None:
             extra = runner(wl, model, dataset, optimizer, loss_fn, clock, out_dir, seed)
         else:
@@ -177,8 +195,10 @@ def measure(workloads: List[str], variants: Optional[List[str]], repeats: Option
         for round_ in range(r):
             order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotate: no fixed position
             for variant in order:
+                # the real models' steps are long: a thread clock read around each hook (~1 us) costs nothing there
+                hooks_cpu = callback_cpu or (workload in REAL_MODELS and variant.startswith("ours"))
                 cmd = [sys.executable, "-m", "benchmarks.overhead", "--child", variant, "--workload", workload,
-                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)] + (["--callback-cpu"] if callback_cpu else [])
+                       "--steps", str(s), "--warmup", str(w), "--seed", str(seed)] + (["--callback-cpu"] if hooks_cpu else [])
                 res = common.run_child(cmd, timeout=timeout)
                 res["round"] = round_
                 res["load1"] = os.getloadavg()[0]
@@ -226,6 +246,12 @@ def summarize(results: List[dict], variants: List[str]) -> List[dict]:
             "param_checksum": rs[0]["param_checksum"], "import_s": common.median(r["import_s"] for r in rs),
             "paddlenlp_imported": rs[0]["paddlenlp_imported"], "callbacks": rs[0].get("callbacks"),
             "callback_ms_per_step": rs[0].get("callback_ms_per_step"),
+            # CPU per step against the same round's bare loop (variant / bare: above 1 costs more)
+            "cpu_ratio": common.median(1 / x for x in paired(rs, "cpu_ms_per_step", ratio=True)) if bare_by_round else None,
+            "best_cpu_ratio": common.median(1 / x for x in paired(rs, "best_slice_cpu_ms", ratio=True)) if bare_by_round else None,
+            "other_cpu_ms": common.median(r.get("other_threads_cpu_ms_per_step") for r in rs),
+            "setup_s": common.median(r.get("setup_s") for r in rs), "setup_cpu_s": common.median(r.get("setup_cpu_s") for r in rs),
+            "setup_extra_cpu_s": common.median(r.get("setup_extra_cpu_s") for r in rs),
         })
     return rows
 
@@ -322,6 +348,40 @@ def table(rows: List[dict]) -> str:
     return common.markdown_table(headers, out)
 
 
+def real_model_table(rows: List[dict]) -> str:
+    """CPU time per step (all threads of the process) against the bare loop, the one-time set-up apart."""
+    headers = ["variant", "CPU ms/step", "CPU ratio to bare", "best-slice CPU ratio", "other threads' CPU ms/step",
+               "wall ms/step", "set-up + first step s (CPU s)", "one-time set-up CPU s", "final loss"]
+    out = [[r["variant"], common.fmt(r["cpu_ms_per_step"], 1), common.fmt(r["cpu_ratio"], 4),
+            common.fmt(r["best_cpu_ratio"], 4), common.fmt(r["other_cpu_ms"], 2), common.fmt(r["ms_per_step"], 1),
+            f"{common.fmt(r['setup_s'], 2)} ({common.fmt(r['setup_cpu_s'], 2)})", common.fmt(r["setup_extra_cpu_s"], 2),
+            f"{r['final_loss']:.6f}" + ("" if r["losses_agree"] else " (varies)")] for r in rows]
+    return common.markdown_table(headers, out)
+
+
+def real_model_verdicts(rows: List[dict]) -> List[str]:
+    """The issue's target on the real models: the defaults' CPU per step within 0.5% of the bare loop's, side by
+    side; and, robust to other work on the machine, what ours adds that the bare loop has not: the training
+    thread's CPU inside the callbacks' hooks and the CPU of the threads beside it."""
+    bare = next((r for r in rows if r["variant"] == "bare"), None)
+    lines = []
+    for r in rows:
+        if r["variant"] not in ("ours", "ours-quiet") or r["cpu_ratio"] is None:
+            continue
+        lines.append(f"- {r['variant']}: CPU per step {r['cpu_ratio']:.4f}x the bare loop's over the whole window "
+                     f"(best slices {r['best_cpu_ratio']:.4f}x; target ≤ {TARGET_CPU_RATIO}): "
+                     f"{'met' if r['cpu_ratio'] <= TARGET_CPU_RATIO else 'MISSED'}")
+        if bare and r["callback_ms_per_step"] is not None:
+            # every thread beside ours' training thread counts (the bare loop's own is its DataLoader's reader,
+            # whose work ours does in the training thread: not subtracted)
+            hooks, threads = sum(r["callback_ms_per_step"].values()), r["other_cpu_ms"]
+            lines.append(f"  - accounted: the callbacks' hooks {hooks:.3f} ms/step of the training thread's CPU, the "
+                         f"threads beside it {threads:.3f} ms/step (the bare loop's: {bare['other_cpu_ms']:.3f}, its "
+                         f"DataLoader's reader); together {100 * (hooks + threads) / bare['cpu_ms_per_step']:.3f}% "
+                         "of the bare step")
+    return lines
+
+
 def best_slice_table(rows: List[dict], slice_steps: int) -> str:
     """The fastest slice of each process (median over repeats): the loop with the cores to itself."""
     headers = ["variant", f"best {slice_steps}-step slice ms/step", "added ms/step", "ratio to bare",
@@ -365,6 +425,15 @@ def report(runs: Dict[str, List[dict]], info: dict) -> str:
                      f"{max(r['round'] for r in results) + 1} interleaved repeats (median; spread = (max-min)/median)"
                      + (f"; 1-min load average during the runs {min(loads):.1f}–{max(loads):.1f}" if loads else ""))
         parts.append("")
+        if workload in REAL_MODELS:
+            parts.append("CPU time per step (process CPU, every thread; paired per round against the bare loop, "
+                         "median over rounds); set-up = from building the loop to the end of its first step, "
+                         "one-time = that minus one measured step:")
+            parts.append("")
+            parts.append(real_model_table(rows))
+            parts.append("")
+            parts.extend(real_model_verdicts(rows))
+            parts.append("")
         parts.append(table(rows))
         parts.append("")
         parts.append(f"Fastest slice of each process ({results[0]['slice_steps']} steps; median over repeats):")
@@ -372,7 +441,9 @@ def report(runs: Dict[str, List[dict]], info: dict) -> str:
         parts.append(best_slice_table(rows, results[0]["slice_steps"]))
         parts.append("")
         if busy:
-            parts.append(f"- **The machine was busy** (the bare loop's wall time was {stolen:.2f}x its CPU time): "
+            why = (f"the bare loop's wall time was {stolen:.2f}x its CPU time" if stolen > 1.15 else
+                   f"the 1-min load average reached {max(loads):.1f} on {info.get('cores') or 1} cores")
+            parts.append(f"- **The machine was busy** ({why}): "
                          "whole-window wall-clock figures mostly measure the other work; the fastest slices "
                          "are the better guide. Rerun on an idle machine for whole-window figures.")
         costs = callback_costs(results)
@@ -405,10 +476,11 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default="mlp,ernie,resnet50", help="comma-separated: mlp, ernie, resnet50")
     p.add_argument("--variants", help="comma-separated: " + ", ".join(VARIANTS)
-                   + " (default: all; ernie and resnet50 leave out ours-quiet)")
-    p.add_argument("--repeats", type=int, help="interleaved repeats (default: 3 mlp, 2 ernie/resnet50)")
-    p.add_argument("--steps", type=int, help="measured steps (default: 1000 mlp, 3 ernie/resnet50)")
-    p.add_argument("--warmup", type=int, help="warm-up steps excluded from timing (default: 200 mlp, 1 others)")
+                   + " (default: all but ours-read-ahead on mlp; bare, ours, ours-quiet and paddlenlp on ernie, "
+                   "hapi instead on resnet50)")
+    p.add_argument("--repeats", type=int, help="interleaved repeats (default: 3)")
+    p.add_argument("--steps", type=int, help="measured steps (default: 1000 mlp, 60 ernie/resnet50)")
+    p.add_argument("--warmup", type=int, help="warm-up steps excluded from timing (default: 200 mlp, 5 others)")
     p.add_argument("--breakdown", action="store_true",
                    help="instead of --variants: bare, ours-quiet, and ours-quiet plus each built-in callback alone")
     p.add_argument("--seed", type=int, default=0)

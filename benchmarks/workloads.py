@@ -6,11 +6,11 @@ name     model and data                                           optimizer
 ======== ======================================================== =================
 mlp      Linear 128-64-ReLU-64-2; 16,000 random feature vectors,  AdamW lr 1e-3
          labels from a fixed random linear rule (learnable)
-ernie    ErnieForSequenceClassification from a small config       AdamW lr 1e-4
-         (2 layers, hidden 128, 2 heads, FFN 512, vocab 8,000,
-         dropout 0), random token ids, batch 32 x sequence 128,
+ernie    ErnieForSequenceClassification, ERNIE-style config       AdamW lr 1e-4
+         (4 layers, hidden 256, 4 heads, FFN 1024, vocab 8,000,
+         dropout 0), random token ids, batch 4 x sequence 128,
          labels from the tokens
-resnet50 paddle.vision resnet50 (10 classes), batch 16 of random  Momentum lr 0.01
+resnet50 paddle.vision resnet50 (10 classes), batch 8 of random   Momentum lr 0.01
          3x32x32 images, random labels
 ======== ======================================================== =================
 
@@ -113,10 +113,12 @@ def _mlp(seed: int, samples: int) -> Workload:
                     lambda m: paddle.optimizer.AdamW(learning_rate=1e-3, parameters=m.parameters()))
 
 
-ERNIE_CONFIG = dict(vocab_size=8000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=512, max_position_embeddings=512, type_vocab_size=2,
+ERNIE_CONFIG = dict(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                    intermediate_size=1024, max_position_embeddings=512, type_vocab_size=2,
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
 SEQ_LEN = 128
+ERNIE_BATCH = 4
+RESNET_BATCH, RESNET_SIDE = 8, 32
 
 
 def _ernie(seed: int, samples: int) -> Workload:
@@ -130,23 +132,23 @@ def _ernie(seed: int, samples: int) -> Workload:
         ids = rng.randint(1, ERNIE_CONFIG["vocab_size"], size=(samples, SEQ_LEN)).astype("int64")
         return ArrayDataset(ids, (ids[:, 1] % 2).astype("int64"))
 
-    return Workload("ernie", 32, "input_ids", "int64", (SEQ_LEN,), model, data,
+    return Workload("ernie", ERNIE_BATCH, "input_ids", "int64", (SEQ_LEN,), model, data,
                     lambda m: paddle.optimizer.AdamW(learning_rate=1e-4, parameters=m.parameters()))
 
 
 def _resnet50(seed: int, samples: int) -> Workload:
     def data():
         rng = np.random.RandomState(seed)
-        x = rng.randn(samples, 3, 32, 32).astype("float32")
+        x = rng.randn(samples, 3, RESNET_SIDE, RESNET_SIDE).astype("float32")
         return ArrayDataset(x, rng.randint(0, 10, size=samples).astype("int64"))
 
-    return Workload("resnet50", 16, "x", "float32", (3, 32, 32),
+    return Workload("resnet50", RESNET_BATCH, "x", "float32", (3, RESNET_SIDE, RESNET_SIDE),
                     lambda: paddle.vision.models.resnet50(num_classes=10), data,
                     lambda m: paddle.optimizer.Momentum(learning_rate=0.01, momentum=0.9, parameters=m.parameters()))
 
 
-# samples per dataset: 500 MLP steps per epoch (epoch boundaries happen), a few for the big ones
-BUILDERS = {"mlp": (_mlp, 16000), "ernie": (_ernie, 32 * 20), "resnet50": (_resnet50, 16 * 20)}
+# samples per dataset: 500 MLP steps per epoch, 40 for the big ones (epoch boundaries happen in every window)
+BUILDERS = {"mlp": (_mlp, 16000), "ernie": (_ernie, ERNIE_BATCH * 40), "resnet50": (_resnet50, RESNET_BATCH * 40)}
 
 
 def get_workload(name: str, seed: int = 0) -> Workload:

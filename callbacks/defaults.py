@@ -15,7 +15,7 @@ NaNGuard(action=stop)  always, unless a NaNGuard or LossSpikeRecovery     95
                        next logging step after a non-finite loss, clip
                        norm or parameters; no host sync and no device
                        work of its own per step)
-GPUUtilizationMonitor  ``report_to`` not empty (background sampler)       90
+GPUUtilizationMonitor  ``report_to`` not empty (GPU: background sampler)  90
 Rank0Logger            ``report_to`` not empty                            100
 TensorBoardTracker,    ``report_to`` tensorboard, wandb, mlflow (or      310
 WandbTracker,          ``all`` with the tracker installed; see
@@ -71,7 +71,7 @@ def default_callbacks(args) -> List[Callback]:
     out: List[Callback] = [Preemption(), FlowControl(), Checkpoint(), NaNGuard(action="stop", check_gradients=False)]
     if args.report_to:
         out.append(Rank0Logger())
-        out.append(GPUUtilizationMonitor())  # background sampler; on_step_end adds two host floats
+        out.append(GPUUtilizationMonitor())  # NVML sampler thread (CPU: none); on_step_end adds two host floats
         out.extend(tracker_callbacks(args.report_to))  # tensorboard, wandb, mlflow: each only when asked for
     if args.warmup_steps > 0 or args.warmup_ratio > 0 or args.scale_lr_by_batch:
         out.append(LRWarmup())

@@ -1,15 +1,19 @@
 """Export: at the end of training, write a checked inference model.
 
 Events: ``on_fit_end`` (when ``state.status`` is ``completed`` or ``stopped``;
-a failed run exports nothing). Only the main process exports; the other
-ranks do nothing.
+a failed run exports nothing). Only the main process writes; the other
+ranks do nothing, except under tensor or pipeline parallel, where every rank
+first gives its part of the weights (its slices, its stage's layers), which the
+main process exports as one single-card model (``trainer.parallel.merge``,
+``trainer.checkpoint.stages.whole_model``).
 
 What it does: ``trainer.deploy.export.export_for_trainer``: ``paddle.jit.save`` the
 model, load the files with ``paddle.inference``, run both on a sample batch and
 raise ``TrainingError`` (surfacing from ``fit()`` as a CallbackError) when the
 outputs differ beyond ``rtol``/``atol``; the export is published only when it
 matches. The result (path, files, inputs, outputs, max abs difference) is
-``self.result`` and ``PATH/export.json``.
+``self.result`` and ``PATH/export.json``. Under tensor parallel every rank first gives its slices of
+the weights, which rank 0 exports as one single-card model (``trainer.parallel.merge``).
 
 Options:
 
@@ -51,8 +55,10 @@ class Export(Callback):
         self.result: Optional[ExportResult] = None
 
     def on_fit_end(self, trainer):
-        if trainer.state.status not in ("completed", "stopped") or not trainer.is_main_process:
+        if trainer.state.status not in ("completed", "stopped"):
             return
-        fence.check(trainer.args.output_dir)  # a run whose output_dir was taken over exports nothing into it
+        if trainer.is_main_process:
+            fence.check(trainer.args.output_dir)  # a run whose output_dir was taken over exports nothing into it
+        # every rank: a tensor- or pipeline-parallel run's parts are put together first (a collective); rank 0 writes
         self.result = export_for_trainer(trainer, self.path, input_spec=self.input_spec,
                                          sample_batch=self.sample_batch, rtol=self.rtol, atol=self.atol)

@@ -4,7 +4,12 @@ handed to the logger through ``trainer.state.logs``.
 Events:
 
 - ``on_fit_begin``: on the main process, choose a reader and start a daemon
-  thread that calls ``reader.sample()`` every ``interval`` seconds.
+  thread that calls ``reader.sample()`` every ``interval`` seconds; no thread
+  for a reader whose figures are already means over the time since its
+  previous reading (``per_record = True``: psutil's CPU share), which is read
+  once per record instead (a thread woken every second costs a training
+  thread whose ops hold the GIL ~2 ms of CPU a second on a loaded machine:
+  0.5% of a ResNet-50 step on this project's CPU, in ``benchmarks/overhead``).
 - ``on_step_end``: add ``state.last_data_wait`` and ``state.last_step_time``
   (host clocks the trainer measures; no device sync) to the window. The first
   step of each ``fit()`` and of each epoch is left out: it pays for starting the
@@ -13,7 +18,7 @@ Events:
   ones with ``loss``): add ``data_wait_share`` (seconds waiting for batches /
   seconds of the steps since the previous record, pooled over all ranks) and,
   on the main process, the hardware figures averaged over the samples taken
-  since the previous record. When the share of a full logging window (at least
+  since the previous record (a ``per_record`` reader: read here). When the share of a full logging window (at least
   ``logging_steps`` steps) is above ``wait_threshold`` *and* the mean wait per
   measured step is at least ``min_wait`` seconds, warn once, on rank 0, through
   ``logging.getLogger("callbacks.gpu_monitor")``. Both, because a share alone
@@ -34,7 +39,8 @@ Readers (anything with ``sample() -> dict`` and ``close()``):
   ``gpu{i}_mem_total_mb``, ``gpu{i}_power_w`` and ``gpu{i}_temp_c`` (when the
   card reports them). ``i`` is paddle's device number (``gpu:i``).
 - :class:`PsutilReader` (CPU runs, or NVML unavailable): ``cpu_percent`` of the
-  training process (100 = one core busy) and its resident memory ``rss_mb``.
+  training process since the previous record (100 = one core busy) and its
+  resident memory ``rss_mb`` at the record; read on the logging step, no thread.
 
 Sampling runs on the main process only: the figures are those of rank 0's card
 (NVML) or process (psutil). The stall share is measured on every rank and
@@ -152,6 +158,8 @@ class PsutilReader:
     """CPU utilization and resident memory of one process (default: this one)."""
 
     source = "psutil"
+    #: ``cpu_percent`` is the mean since the previous reading: one reading per record, no sampler thread
+    per_record = True
 
     def __init__(self, pid: Optional[int] = None):
         import psutil
@@ -214,6 +222,10 @@ def _busy_share(start, now) -> float:
     return min(max((queue1 - queue0) / wall, 0.0), 1.0)
 
 
+def _reader_failed(reader, exc: Exception) -> None:
+    logger.warning("hardware monitor stopped: %s.sample() failed: %s: %s", type(reader).__name__, type(exc).__name__, exc)
+
+
 def default_reader(device: str = "gpu:0"):
     """NVML on ``device``'s card for a GPU run when it starts, else psutil (the reason is logged at INFO)."""
     if str(device).startswith("gpu"):
@@ -274,8 +286,7 @@ class GPUUtilizationMonitor(Callback):
             try:
                 figures = self._active.sample()
             except Exception as exc:  # noqa: BLE001 - a failing reader must not stop training
-                logger.warning("hardware monitor stopped: %s.sample() failed: %s: %s",
-                               type(self._active).__name__, type(exc).__name__, exc)
+                _reader_failed(self._active, exc)
                 return
             with self._lock:
                 for key, value in figures.items():
@@ -320,6 +331,8 @@ class GPUUtilizationMonitor(Callback):
         self._reset_samples()
         self.samples = 0
         self._active = self.reader if self.reader is not None else default_reader(getattr(trainer, "device", "cpu"))
+        if getattr(self._active, "per_record", False):
+            return  # read in on_log
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="GPUUtilizationMonitor", daemon=True)
         self._thread.start()
@@ -363,16 +376,30 @@ class GPUUtilizationMonitor(Callback):
                     1e3 * self.min_wait, trainer.args.dataloader_num_workers)
         if self._thread is not None:
             logs.update(self.figures())
+        elif self._active is not None:  # a per_record reader, on the main process
+            logs.update(self._read_now())
+
+    def _read_now(self) -> Dict[str, float]:
+        try:
+            figures = self._active.sample()
+        except Exception as exc:  # noqa: BLE001 - a failing reader must not stop training
+            _reader_failed(self._active, exc)
+            self._close_reader()
+            return {}
+        self.samples += 1
+        return {k: round(float(v), 2) for k, v in figures.items()}
+
+    def _close_reader(self) -> None:
+        if self._active is not None and self._active is not self.reader:
+            self._active.close()  # a reader we built; a given one belongs to the caller
+        self._active = None
 
     def on_fit_end(self, trainer):
         runqueue, self._runqueue = self._runqueue, None
         if runqueue is not None:
             runqueue.close()
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        self._stop.set()
-        thread.join(timeout=self.interval + 5.0)
-        if self._active is not None and self._active is not self.reader:
-            self._active.close()  # a reader we built; a given one belongs to the caller
-        self._active = None
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout=self.interval + 5.0)
+        self._close_reader()

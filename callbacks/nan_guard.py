@@ -13,7 +13,9 @@ Two actions:
   skipped already and only the parameters are checked. At the logging step
   (and before a save, so nan weights are never saved as a checkpoint) one small
   host read looks at those kept values and at one finiteness check of the
-  parameters, and the error names the first bad step: "the gradients of step
+  parameters (the sum of each, added up: one read of the weights; a sum that
+  is not finite is confirmed element by element before anything stops), and
+  the error names the first bad step: "the gradients of step
   N" (the clip norm), "the loss of step N" (on the rank whose loss it was;
   every other rank stops at the same step with "the loss is not finite on a
   rank in steps A-B": at a logging step the logged loss, already reduced
@@ -268,13 +270,27 @@ class NaNGuard(Callback):
             self._params = trainer.layout.held_parameters(trainer.model)
         return self._params
 
-    def _param_flags(self, trainer) -> list:
+    def _param_flags(self, trainer, exact: bool = False) -> list:
         """0-d finiteness flags of the parameters this rank holds (``trainer.layout``); one flag agreed over the
-        ranks that each hold a part of them (stage 3), so every rank decides the same."""
+        ranks that each hold a part of them (stage 3, tensor and pipeline parallel), so every rank decides the same.
+
+        Fast (the check at every logging step): one flag, whether the sum of every parameter is finite. A nan or
+        inf element makes its parameter's sum nan or inf, so a finite sum clears them all in one read of the
+        weights (a third of ``isfinite`` + ``all`` per parameter: 6 ms against 19 on ResNet-50's 23.6 M on this
+        project's CPU, once per logging step). A non-finite sum can also be finite weights whose sum leaves
+        float32's range; ``exact=True`` (asked then only: every rank of a split model, since the fast flag is
+        agreed over the group) decides with one ``isfinite`` per parameter."""
         # asked at every check: under stage 3 the slices a rank holds are new tensors after every step
-        flags = [_C_ops.all(_C_ops.isfinite(p), [], False) for p in trainer.layout.held_parameters(trainer.model)]
+        held = trainer.layout.held_parameters(trainer.model)
+        if not held:
+            return []
+        if exact:
+            flags = [_C_ops.all(_C_ops.isfinite(p), [], False) for p in held]
+        else:  # other dtypes summed in float32 (float16 overflows on sums of ordinary weights; one dtype for add_n)
+            sums = [_C_ops.sum(p, [], None if p.dtype == paddle.float32 else paddle.float32, False) for p in held]
+            flags = [_C_ops.isfinite(sums[0] if len(sums) == 1 else _C_ops.add_n(sums))]
         group = trainer.layout.parameter_group
-        if group is None or not flags:
+        if not trainer.layout.splits_parameters or not flags:
             return flags
         bad = paddle.logical_not(_C_ops.stack(flags, 0).all()).astype("int32")
         paddle.distributed.all_reduce(bad, group=group)  # a collective at logging steps only
@@ -345,6 +361,8 @@ class NaNGuard(Callback):
         at = int(head)
         first = int(self._first_bad.numpy()) if head and not flags[0] else -1
         params = not flags[at:at + len(param_flags)].all()
+        if params:  # the fast check's sum left float32's range, or an element is not finite: decide exactly
+            params = not _C_ops.stack(self._param_flags(trainer, exact=True), 0).all().numpy()
         at += len(param_flags)
         folded_loss = int(self._first_loss.numpy()) if folded and not flags[at] else -1  # (a failing check only)
         loss_elsewhere = (not flags[at + int(folded)]) if remote else elsewhere is True

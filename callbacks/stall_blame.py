@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import time
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 logger = logging.getLogger("callbacks.watchdog")
 
@@ -53,22 +53,49 @@ class ProgressBoard:
     def path(self, rank: int) -> str:
         return os.path.join(self.out_dir, PROGRESS_DIR, f"rank{rank}.json")
 
-    def publish(self, mark: Mark) -> None:
+    def publish(self, mark: Mark, reported: bool = False) -> None:
         """Called by the watchdog thread (never the training loop), so a rank blocked in a collective or a read
-        still shows where it is."""
+        still shows where it is; ``reported``: this rank has written its stall report (see :meth:`wait_for_reports`)."""
         path = self.path(self.rank)
         tmp = f"{path}.tmp-{os.getpid()}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"rank": self.rank, "key": list(mark), "where": where(mark), "time": time.time(),
-                           "pid": os.getpid()}, f)
+                           "pid": os.getpid(), "reported": reported}, f)
             os.replace(tmp, path)
         except OSError as exc:
             if not self._warned:
                 self._warned = True
                 logger.warning("StallWatchdog: cannot share this rank's progress in %s (%s): a stall report will "
                                "not name the rank that is behind", path, exc)
+
+    def wait_for_reports(self, grace: float, poll: float) -> List[int]:
+        """Wait, at most ``grace`` seconds, until every other rank has written its stall report or gives no sign of
+        life (its file missing or unchanged for ``fresh_within``): a rank that stops ends the job, and the ranks
+        waiting for it in a collective are then aborted by the backend before their own reports. The ranks still
+        without a report, if any."""
+        deadline = time.monotonic() + grace
+        while True:
+            now = time.time()
+            pending = [r for r, info in self._others() if info is not None and not info.get("reported")
+                       and now - info["time"] <= self.fresh_within]  # no file: nothing to wait for
+            if not pending or time.monotonic() >= deadline:
+                return pending
+            time.sleep(poll)
+
+    def _others(self):
+        """``(rank, its progress or None)`` for every other rank: None when its file is missing or unreadable."""
+        for r in range(self.world_size):
+            if r == self.rank:
+                continue
+            try:
+                with open(self.path(r), encoding="utf-8") as f:
+                    info = json.load(f)
+                yield r, {"key": tuple(info["key"]), "where": str(info["where"]), "time": float(info["time"]),
+                          "reported": bool(info.get("reported"))}
+            except (OSError, ValueError, KeyError, TypeError):
+                yield r, None
 
     def remove(self) -> None:
         with contextlib.suppress(OSError):
@@ -78,15 +105,11 @@ class ProgressBoard:
         """One sentence naming the rank(s) behind and whom this rank waits for."""
         now = time.time()
         seen, silent = {}, []
-        for r in range(self.world_size):
-            if r == self.rank:
-                continue
-            try:
-                with open(self.path(r), encoding="utf-8") as f:
-                    info = json.load(f)
-                seen[r] = (tuple(info["key"]), str(info["where"]), now - float(info["time"]))
-            except (OSError, ValueError, KeyError, TypeError):
+        for r, info in self._others():
+            if info is None:
                 silent.append(r)
+            else:
+                seen[r] = (info["key"], info["where"], now - info["time"])
         own_where = where(mark)
         seen[self.rank] = (tuple(mark), own_where, 0.0)
         dead = [r for r, (_, _, age) in seen.items() if age > self.fresh_within]

@@ -38,7 +38,11 @@ named as giving no sign of life (killed or frozen); one with no file as having
 shared no progress (on several nodes ``output_dir`` must be shared, as it must
 for checkpoints). The file is removed at the end of ``fit()``.
 
-With ``action='stop'`` the thread then ends the process with exit code
+With ``action='stop'`` the thread then waits for the other ranks' reports
+(each marks its progress file once it has written one; at most
+``report_grace`` = ``min(timeout, 60)`` seconds, not for a rank that gives no
+sign of life: the backend aborts the ranks waiting in a collective as soon as
+one rank leaves, which would cut their reports) and ends the process with exit code
 **124** (``EXIT_CODE``, as coreutils ``timeout``); ``paddle.distributed.launch``
 sees a rank fail and tears the job down, instead of every rank hanging until a
 cluster time limit. This is not a clean stop, and cannot be one: a process
@@ -171,6 +175,11 @@ class StallWatchdog(Callback):
         if self._check_interval is not None:
             return self._check_interval
         return min(5.0, max(0.05, self.timeout / 20))
+
+    @property
+    def report_grace(self) -> float:
+        """How long a stopping rank waits for the other ranks' stall reports: ``min(timeout, 60)`` seconds."""
+        return min(self.timeout, 60.0)
 
     def _reset_run(self) -> None:
         self._beat = (time.monotonic(), 0)  # (host time, global step) of the last heartbeat; one attribute, one store
@@ -331,7 +340,11 @@ class StallWatchdog(Callback):
                 self._report(step, idle)
             except Exception as exc:  # noqa: BLE001 - a failed report must not stop the stop
                 logger.error("StallWatchdog: could not write the stall report: %s", exc)
+            if self._board is not None:
+                self._board.publish(self._mark, reported=True)
             if self.action == "stop":
+                if self._board is not None:
+                    self._board.wait_for_reports(self.report_grace, self.check_interval)
                 self._exit()
 
     def _arm_backstop(self) -> None:

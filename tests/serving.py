@@ -40,6 +40,7 @@ class Server:
                 m = READY.search(line)
                 if m:
                     self.port, self.pids = int(m.group(1)), [int(p) for p in m.group(2).split(",")]
+                    self.ready_line = line
                     return
         except BaseException:
             self.stop(sig=signal.SIGKILL)  # never leave a server behind, whatever failed here
@@ -54,6 +55,14 @@ class Server:
     @property
     def err(self):
         return "".join(self.err_lines)
+
+    def err_with(self, text, timeout=10):
+        """The server's stderr once it holds ``text`` (a line printed before the ready line can reach the reader
+        thread after it, under load), or as it is after ``timeout`` (stretched by the load) if it never does."""
+        deadline = time.monotonic() + patience(timeout)
+        while text not in self.err and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.err
 
     def request(self, method, path, body=None, headers=None, timeout=60):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -115,3 +124,28 @@ def load_clients(server, count, body, pause=0.01):
     for t in threads:
         t.start()
     return results, stop, threads
+
+
+def batch_stats(server):
+    """``(model calls, rows)`` so far, from ``/metrics``' ``ptrain_serve_batch_size`` histogram."""
+    text = server.request("GET", "/metrics")[1]
+    count = float(re.search(r"^ptrain_serve_batch_size_count (\S+)", text, re.M).group(1))
+    total = float(re.search(r"^ptrain_serve_batch_size_sum (\S+)", text, re.M).group(1))
+    return count, total
+
+
+def concurrent_rows(server, rows, expected):
+    """Send each of ``rows`` (one instance each) at once from its own thread, check every answer against
+    ``expected[i]``; ``(model calls, rows)`` they took (from :func:`batch_stats`)."""
+    import concurrent.futures as cf
+
+    import numpy as np
+
+    before = batch_stats(server)
+    with cf.ThreadPoolExecutor(len(rows)) as pool:
+        answers = list(pool.map(lambda i: server.predict({"inputs": rows[i:i + 1].tolist()}), range(len(rows))))
+    for i, (status, body, _) in enumerate(answers):
+        assert status == 200, body
+        np.testing.assert_allclose(np.asarray(body["outputs"], dtype="float32"), expected[i], rtol=1e-5, atol=1e-6)
+    after = batch_stats(server)
+    return after[0] - before[0], after[1] - before[1]

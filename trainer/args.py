@@ -192,9 +192,22 @@ class TrainingArguments(PaddleNLPFields):
         if self.amp_master_grad and (self.amp == "off" or self.amp_level != "O2"):
             raise ConfigError(f"amp_master_grad=True needs low-precision weights: set {option('amp', 'bf16')} (or fp16) "
                               f"and {option('amp_level', 'O2')}, or {option('amp_master_grad', False)}")
-        Layout.from_args(self, self.world_size)  # sharding and the parallel degrees, checked together
+        # the parallel fields, checked together: on the launch's ranks; a process outside a launch (ptrain's launcher
+        # itself, before it starts the ranks) checks them on the fewest ranks the degrees ask for (Trainer: on its own)
+        launched = "PADDLE_TRAINERS_NUM" in os.environ
+        layout = Layout.from_args(self, self.world_size if launched else max(self.world_size, self._least_ranks()),
+                                  self.process_index)
+        if launched and layout.world_size > 1 and (layout.mp_degree > 1 or layout.pp_degree > 1):
+            # fleet's parallel layers read its groups when the model is built after these arguments (as in PaddleNLP)
+            from .parallel.apply import init_topology
+
+            init_topology(layout, self)
         if not str(self.output_dir).strip():
             raise ConfigError(f"output_dir is empty: give a directory, e.g. {option('output_dir', 'runs/exp1')}")
+
+    def _least_ranks(self) -> int:
+        return max(int(self.tensor_parallel_degree), 1) * max(int(self.pipeline_parallel_degree), 1) * \
+            max(int(self.sharding_parallel_degree), 1)
 
     def _coerce_types(self) -> None:
         """Turn strings (from YAML or the command line) into the field's type."""
@@ -257,6 +270,29 @@ class TrainingArguments(PaddleNLPFields):
     def process_index(self) -> int:
         """This process's global rank."""
         return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+
+    def _layout(self) -> Layout:
+        return Layout.from_args(self, self.world_size, self.process_index)
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        """This rank's place in its tensor-parallel group (PaddleNLP scripts give it to a model's config)."""
+        return self._layout().mp_rank
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        """This rank's pipeline stage."""
+        return self._layout().pp_rank
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This rank's place in its data-parallel group."""
+        return self._layout().dp_rank
+
+    @property
+    def sharding_parallel_rank(self) -> int:
+        """This rank's place in its sharding group."""
+        return self._layout().sharding_rank
 
     @property
     def requested_device(self) -> str:

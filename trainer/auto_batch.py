@@ -98,7 +98,8 @@ class AutoBatch:
         per_device_batch: the data batch each rank draws (``per_device_train_batch_size``).
         layout: the job's :class:`trainer.parallel.Layout`. Sharding stage 1 reduces gradients inside the
             optimizer step, after the agreement: nothing to defer. Stages 2 and 3 reduce them inside backward
-            hooks that no ``no_sync`` stops: refused on more than one process (:class:`ConfigError`).
+            hooks that no ``no_sync`` stops: refused on more than one process (:class:`ConfigError`). Pipeline
+            parallel (paddle's schedule runs the micro-batches through the stages): refused.
     """
 
     def __init__(self, world_size: int, per_device_batch: int, layout=None):
@@ -110,6 +111,12 @@ class AutoBatch:
                               f"{layout.sharding_stage} on {world_size} processes: its gradient reduce runs inside "
                               "backward, where one rank's out-of-memory would hang the others; use sharding stage1 "
                               f"or data parallel with it, or set {option('auto_find_batch_size', False)}")
+        if layout is not None and layout.pp_degree > 1:
+            raise ConfigError(f"{option('auto_find_batch_size', True)} with pipeline_parallel_degree="
+                              f"{layout.pp_degree}: paddle's pipeline schedule runs the step's micro-batches through "
+                              "every stage, where one stage's out-of-memory would leave the others waiting for its "
+                              f"activations; set {option('auto_find_batch_size', False)} and lower "
+                              "per_device_train_batch_size (raise gradient_accumulation_steps to keep the global batch)")
         self.defers_gradient_sync = False  # set when fit() has wrapped the model (see prepare)
 
     def prepare(self, model_wrapped) -> None:

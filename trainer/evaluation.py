@@ -89,8 +89,12 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
         all_preds, all_labels = host.join(all_preds, all_labels, on_device=dist.get_world_size() > 1)
     local_preds = join_batches(all_preds)
     local_labels = join_batches(all_labels) if all_labels else None
+    layout = getattr(trainer, "layout", None)
+    if layout is not None and not layout.writes_outputs:  # a copy of its tensor-parallel group's first rank's
+        local_preds = local_labels = None
+        count, loss_sum = 0, paddle.zeros_like(loss_sum)
     preds = dist.gather_nested(local_preds, PADDING_INDEX)
-    labels = dist.gather_nested(local_labels, PADDING_INDEX) if local_labels is not None else None
+    labels = dist.gather_nested(local_labels, PADDING_INDEX) if all_labels else None
     count = int(dist.reduce_scalars([count], op="sum")[0])
     total = dist.all_reduce_sum(loss_sum) if has_loss else None
     return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)

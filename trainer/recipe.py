@@ -33,8 +33,8 @@ class Recipe:
         """Epoch ``e`` shuffled with ``RandomState(data_seed + e)``, the same on every world size."""
         a = trainer.args
         return ResumableDistributedBatchSampler(
-            dataset_len, a.per_device_train_batch_size, num_replicas=trainer.world_size, rank=trainer.rank,
-            shuffle=True, seed=a.data_seed, drop_last=a.dataloader_drop_last)
+            dataset_len, a.per_device_train_batch_size, num_replicas=trainer.layout.data_world_size,
+            rank=trainer.layout.data_rank, shuffle=True, seed=a.data_seed, drop_last=a.dataloader_drop_last)
 
     def decay_names(self, model, params: Iterable) -> set[str]:
         """Weight decay on parameters with 2+ dims (matrices, embeddings, kernels), never biases and norm weights."""

@@ -41,7 +41,7 @@ from .compat.outputs import PredictionOutput
 from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
                    close_iterator, dataset_length, make_loader, shutdown_workers)
 from .data import iterable
-from .data.loader import killed_worker_of, killed_workers, worker_killed
+from .data.loader import end_cut_start, killed_worker_of, live_children, killed_workers, worker_killed
 from .data.batch import batch_size, labels_of
 from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
@@ -123,6 +123,7 @@ class Trainer(PaddleNLPAPI):
         # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
         self.layout = Layout.from_args(self.args, self._world_size, self._rank)
         self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
+        self._step_runner = None  # Parallelized.step_runner (pipeline parallel), set with the layout
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -199,13 +200,14 @@ class Trainer(PaddleNLPAPI):
         if iterable.is_iterable(dataset):
             return iterable.eval_batches(self, dataset, collate_for(self.model, self.args, self.collate_fn))
         n = dataset_length(dataset, "evaluation")
-        if n < self.world_size:
-            raise DataError(f"the evaluation dataset has {n} samples, fewer than the {self.world_size} processes: "
+        readers = self.layout.data_world_size  # ranks of one tensor/pipeline-parallel group read the same batches
+        if n < readers:
+            raise DataError(f"the evaluation dataset has {n} samples, fewer than the {readers} processes: "
                             "give more samples or run with fewer processes")
         persistent = self._persistent_workers()  # one set of workers for every evaluation of this dataset in fit()
         if persistent and self._eval_loaders.get(id(dataset), (None,))[0] is dataset:
             return self._eval_loaders[id(dataset)][1]
-        sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, self.world_size, self.rank)
+        sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, readers, self.layout.data_rank)
         loader = make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
                              self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
                              persistent_workers=persistent)
@@ -238,6 +240,12 @@ class Trainer(PaddleNLPAPI):
         groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
                   {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
         groups = [g for g in groups if g["params"]]
+        if clip is not None:  # paddle clips each parameter group by its own norm: one group keeps the norm global
+            if a.weight_decay:
+                raise ConfigError(f"optim={a.optim} with weight_decay and max_grad_norm under {self.layout.summary()}: "
+                                  "paddle's optimizer would clip its decayed and undecayed parameters by two norms; "
+                                  f"use {option('optim', 'adamw')}, or {option('weight_decay', 0.0)}")
+            groups = params
         if a.optim == "momentum":
             return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups, grad_clip=clip)
         return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
@@ -394,6 +402,7 @@ class Trainer(PaddleNLPAPI):
                     self.fire(Event.FIT_END)
             finally:
                 self._quietly(self._end_workers)  # persistent DataLoader workers end with fit(), however it ends
+                self._writer.buffers.clear()  # the snapshots' host memory goes back with fit()
                 lock.release()
         return state
 
@@ -406,6 +415,7 @@ class Trainer(PaddleNLPAPI):
                                       parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler))
         applied = built[3]
         self.model_wrapped, self.optimizer = applied.model, applied.optimizer
+        self._step_runner = applied.step_runner  # runs a step's forwards and backwards when the layout has its own
         if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
             self.grad_scaler = applied.scaler
         self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
@@ -445,7 +455,7 @@ class Trainer(PaddleNLPAPI):
         k = a.gradient_accumulation_steps
         state.steps_per_epoch = math.ceil(self._train_sampler.batches_per_epoch() / k)
         state.world_size = self.world_size
-        state.global_batch_size = a.per_device_train_batch_size * k * self.world_size
+        state.global_batch_size = a.per_device_train_batch_size * k * self.layout.data_world_size
         if a.max_steps > 0:
             state.max_steps = a.max_steps
         else:
@@ -501,6 +511,8 @@ class Trainer(PaddleNLPAPI):
         state.last_data_wait = 0.0
         if self._auto_batch is not None:  # cut, agreed on and retried after an out-of-memory (trainer.auto_batch)
             step_loss = self._auto_batch.accumulate(self, batches)
+        elif self._step_runner is not None:  # the layout's own (pipeline parallel: paddle's schedule)
+            step_loss = self._step_runner(self, lambda: self._next_batch(batches))
         else:
             step_loss = self._accumulate(batches)
         state.step_loss = step_loss
@@ -542,9 +554,10 @@ class Trainer(PaddleNLPAPI):
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
-        self.state.samples_seen += batch_size(batch) * self.world_size
+        readers = self.layout.data_world_size
+        self.state.samples_seen += batch_size(batch) * readers
         if isinstance(batch, Mapping) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
-            self.state.tokens_seen += math.prod(batch["input_ids"].shape) * self.world_size
+            self.state.tokens_seen += math.prod(batch["input_ids"].shape) * readers
         return batch
 
     def _sync_context(self, last: bool):
@@ -606,7 +619,7 @@ class Trainer(PaddleNLPAPI):
         state = self.state
         if self._losses.steps == 0:
             return
-        mean_loss = dist.all_reduce_mean(self._losses.total() / self._losses.steps)
+        mean_loss = dist.all_reduce_mean(self.layout.share_loss(self._losses.total() / self._losses.steps))
         now = time.perf_counter()
         t0, samples0, tokens0 = self._log_clock
         elapsed = max(now - t0, 1e-9)
@@ -698,7 +711,8 @@ class Trainer(PaddleNLPAPI):
         background thread when ``args.save_async`` (the next save, the end of
         fit() and :meth:`wait_for_checkpoint` wait for it), else before this
         returns. Without ``path`` it goes to ``output_dir/checkpoints/step-N``
-        and moves ``checkpoints/latest`` once complete.
+        and moves ``checkpoints/latest`` once complete. Within fit() the host
+        copy goes into memory kept from the previous save (``trainer.checkpoint.host_buffers``).
         """
         self.fire(Event.SAVE_BEGIN)
         root = checkpoints_dir(self.args.output_dir)
@@ -707,7 +721,8 @@ class Trainer(PaddleNLPAPI):
         settle = getattr(self._epoch_batches, "settle", None)
         if settle is not None:  # a batch read ahead that drew randomness is undone: the RNGs saved are the step's
             settle()
-        snap = snapshot(self)
+        self._writer.join()  # a write in flight hands its host buffers back first (its error is raised below)
+        snap = snapshot(self, self._writer.buffers if self.state.status == "running" else None)  # reused within fit()
         if snap:  # rank 0; every rank when the ranks hold different state (trainer.checkpoint.sharded)
             self._writer.wait()
             if self.is_main_process:
@@ -737,9 +752,12 @@ def _iterate(loader):
     workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one
     iterator more than the uninterrupted run, which would shift every later numpy draw. The base seed
     is unused here: SeededDataset seeds each sample from (seed, epoch, index)."""
-    saved = np.random.get_state()
+    saved, before = np.random.get_state(), live_children()
     try:
         return iter(loader)
+    except BaseException as exc:  # e.g. a dead worker's signal inside the start of this iterator: no one has it
+        end_cut_start(exc, before)
+        raise
     finally:
         np.random.set_state(saved)
 

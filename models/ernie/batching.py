@@ -70,9 +70,10 @@ class TokenDataset(paddle.io.Dataset):
         return TokenDataset([self.ids[i] for i in idx], self.labels[idx])
 
 
-def collate(items, as_tensors: bool = True) -> dict:
-    """Pad ``(ids, label)`` items to the longest in the batch (pad id 0)."""
-    longest = max(len(ids) for ids, _ in items)
+def collate(items, as_tensors: bool = True, length: Optional[int] = None) -> dict:
+    """Pad ``(ids, label)`` items to the longest in the batch (pad id 0), or to ``length`` (pipeline parallel:
+    every micro-batch of a step has one shape, see ``trainer.parallel.pipeline``)."""
+    longest = max(len(ids) for ids, _ in items) if length is None else int(length)
     input_ids = np.full((len(items), longest), PAD_ID, dtype="int64")
     for row, (ids, _) in enumerate(items):
         input_ids[row, :len(ids)] = ids
@@ -123,11 +124,13 @@ class LengthBucketing(Callback):
 
     def on_epoch_begin(self, trainer) -> None:
         a, epoch = trainer.args, trainer.state.epoch
+        # the trainer's sampler's readers: ranks of one tensor- or pipeline-parallel group read the same batches
+        readers, reader = trainer.layout.data_world_size, trainer.layout.data_rank
         sampler = ResumableDistributedBatchSampler(
-            len(self.dataset), a.per_device_train_batch_size, num_replicas=trainer.world_size, rank=trainer.rank,
+            len(self.dataset), a.per_device_train_batch_size, num_replicas=readers, rank=reader,
             shuffle=True, seed=a.data_seed, drop_last=a.dataloader_drop_last)
         sampler.set_epoch(epoch)
         local: List[int] = [i for batch in sampler for i in batch]
-        rng = np.random.RandomState((a.data_seed * 1000003 + epoch * 7919 + trainer.rank) % (2 ** 32))
+        rng = np.random.RandomState((a.data_seed * 1000003 + epoch * 7919 + reader) % (2 ** 32))
         self.dataset.set_order(bucketed_order(local, self.dataset.lengths, a.per_device_train_batch_size,
                                               self.chunk_batches, rng))

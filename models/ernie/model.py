@@ -53,10 +53,32 @@ def scratch_config(preset: str, vocab_size: int, num_labels: int, max_position: 
                        pad_token_id=0, **shape)
 
 
-def build_scratch_model(config):
+def build_scratch_model(config, tensor_parallel_degree: int = 1):
+    """paddlenlp's ``ErnieForSequenceClassification``; with ``tensor_parallel_degree`` > 1 the same shape as
+    ``models/ernie/parallel_model.py``'s tensor-parallel encoder (paddlenlp 2.8.1's ERNIE has no tensor parallel),
+    its vocabulary padded to a multiple of the degree (VocabParallelEmbedding splits it evenly)."""
+    if tensor_parallel_degree > 1:
+        return build_parallel_model(config, tensor_parallel_degree)
     from paddlenlp.transformers import ErnieForSequenceClassification
 
     return ErnieForSequenceClassification(config)
+
+
+def build_parallel_model(config, degree: int):
+    from .parallel_model import ErnieTPConfig, ErnieTPForSequenceClassification
+
+    for name in ("num_attention_heads", "intermediate_size"):
+        if getattr(config, name) % degree:
+            raise ConfigError(f"{name}={getattr(config, name)} does not split over tensor_parallel_degree={degree}: "
+                              f"choose a multiple of {degree}")
+    vocab = -(-config.vocab_size // degree) * degree
+    return ErnieTPForSequenceClassification(ErnieTPConfig(
+        vocab_size=vocab, hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads, intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+        num_labels=config.num_labels, hidden_dropout_prob=config.hidden_dropout_prob,
+        attention_probs_dropout_prob=config.attention_probs_dropout_prob, pad_token_id=config.pad_token_id,
+        tensor_parallel_degree=degree))
 
 
 def load_pretrained_tokenizer(name_or_path: str):

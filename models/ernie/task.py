@@ -14,6 +14,7 @@ tokenizer files and ``task.json`` (class names, ``max_seq_len``), so that
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -183,6 +184,19 @@ def _pretrained_model(options: ErnieOptions, num_labels: int):
     return model
 
 
+def _tp_degree(args, options: ErnieOptions) -> int:
+    """``tensor_parallel_degree`` (> 1: the tensor-parallel encoder of ``parallel_model.py``), or a ConfigError
+    for what it cannot build."""
+    degree = max(int(getattr(args, "tensor_parallel_degree", 1)), 1)
+    if degree > 1 and not is_preset(options.model_name_or_path):
+        raise ConfigError(f"tensor_parallel_degree={degree} needs a from-scratch preset ({', '.join(PRESETS)}): "
+                          "paddlenlp 2.8.1's pretrained ERNIE has no tensor-parallel layers")
+    if degree > 1 and options.mlm_pretrain_epochs:
+        raise ConfigError(f"mlm_pretrain_epochs with tensor_parallel_degree={degree} is not supported: set "
+                          "mlm_pretrain_epochs 0")
+    return degree
+
+
 def _cache_dir(options: ErnieOptions, output_dir: str) -> str:
     return options.cache_dir or os.path.join(output_dir, "cache")
 
@@ -193,6 +207,7 @@ def build(options: ErnieOptions, args) -> TaskRun:
 
     import paddle
 
+    from .pipeline import ErnieClassificationLoss, ErniePipe
     from .tokenizer import encode_cached
 
     start = time.perf_counter()
@@ -201,15 +216,24 @@ def build(options: ErnieOptions, args) -> TaskRun:
     (train, dev, test), label_names = load_examples(options)
     if not train:
         raise DataError("the training split is empty: check the data files")
+    stages = max(1, int(args.pipeline_parallel_degree))
+    if stages > 1 and options.mlm_pretrain_epochs:
+        raise ConfigError(f"mlm_pretrain_epochs={options.mlm_pretrain_epochs} with pipeline_parallel_degree={stages} "
+                          "is not supported (the masked-LM phase trains the single-card model): drop one of them")
     if not pretrained:
         tokenizer = scratch_tokenizer([e.text for e in train], options, args.output_dir)
         paddle.seed(args.seed)  # the model's initial weights follow the run's seed
         config = scratch_config(options.model_name_or_path, len(tokenizer.vocab), len(label_names),
                                 options.max_seq_len, options.dropout, options.shape_overrides())
-        model = build_scratch_model(config)
+        # pipeline parallel: each rank builds its stage's layers only (models.ernie.pipeline)
+        degree = _tp_degree(args, options)
+        model = build_scratch_model(config, degree) if stages == 1 else ErniePipe(config, num_stages=stages)
     else:
+        _tp_degree(args, options)
         paddle.seed(args.seed)  # the classifier head's initial weights
         model = _pretrained_model(options, len(label_names))
+        if stages > 1:  # the stage's part of the pretrained model
+            model = ErniePipe.from_single_card(model, num_stages=stages)
     cache_dir = _cache_dir(options, args.output_dir)
     datasets, cache_hits = [], 0
     for part in (train, dev, test):
@@ -236,6 +260,10 @@ def build(options: ErnieOptions, args) -> TaskRun:
             "max_seq_len": options.max_seq_len, "token_cache_hits": cache_hits,
             "prepare_seconds": round(time.perf_counter() - start, 2),
             **D.describe((train, dev, test), label_names)}
+    if stages > 1:  # one shape per step for paddle's schedule; the last stage computes the loss
+        return TaskRun(model=model, train_dataset=train_ds, eval_dataset=dev_ds, test_dataset=test_ds,
+                       loss_fn=ErnieClassificationLoss(), collate_fn=functools.partial(collate, length=options.max_seq_len),
+                       compute_metrics=classification_metrics, callbacks=callbacks, info=info)
     return TaskRun(model=model, train_dataset=train_ds, eval_dataset=dev_ds, test_dataset=test_ds,
                    collate_fn=collate, compute_metrics=classification_metrics, callbacks=callbacks, info=info)
 
@@ -257,7 +285,8 @@ def dry_build(options: ErnieOptions, args) -> TaskRun:
                                   _cache_dir(options, args.output_dir), write=False)
         vocab_size = len(vocab)
         model = build_scratch_model(scratch_config(options.model_name_or_path, vocab_size, len(label_names),
-                                                   options.max_seq_len, options.dropout, options.shape_overrides()))
+                                                   options.max_seq_len, options.dropout, options.shape_overrides()),
+                                    _tp_degree(args, options))
     else:
         vocab_size = len(load_pretrained_tokenizer(options.model_name_or_path).vocab)
         model = _pretrained_model(options, len(label_names))

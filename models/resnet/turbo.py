@@ -10,9 +10,13 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
 3. decode at the smallest DCT scale (1/2, 1/4 or 1/8: :func:`dct_scale`) that
    still leaves this sample's box at least the output size in both directions:
    a small crop of a large photo decodes at 1/2 or 1/4 of its size, 4-16x
-   fewer pixels. Training decodes with libjpeg-turbo's fast IDCT and chroma
-   upsampling (+25%; the augmentation moves pixels far more); evaluation with
-   the accurate ones;
+   fewer pixels. A box that needs the full size is decoded alone (a region
+   decode, :mod:`models.resnet.jpeg_regions`: nvImageCodec's libjpeg-turbo
+   skips the IDCT and colour conversion outside the box and stops after its
+   last row; the same pixels as the whole image cut to the box), else, without
+   nvImageCodec or for a file it does not decode, the whole image. Training
+   decodes with libjpeg-turbo's fast IDCT and chroma upsampling (+25%; the
+   augmentation moves pixels far more); evaluation with the accurate ones;
 4. crop first, then one antialiased resize of the crop to the output size
    (:func:`resize_antialiased`: OpenCV SIMD), flip (training), uint8 CHW out
    (``cv2.split`` into the three planes of the output: faster than a
@@ -23,15 +27,16 @@ Per JPEG file (:meth:`TurboTransform.from_file`):
 place: its ``__getitems__`` writes each image straight into its slot of one
 ``(B, 3, size, size)`` uint8 array and hands the loader that array
 (``trainer.data.batch.AssembledBatch``), so no per-sample arrays are stacked
-again, in the training process or in a DataLoader worker. And it decodes less:
-step 3 above becomes, for a complete JPEG whose box needs the full size, a
-region decode of just the box, all the batch's boxes in one call
-(:mod:`models.resnet.jpeg_regions`, nvImageCodec's libjpeg-turbo: it skips the
-IDCT and colour conversion outside the box and stops after its last row;
-the same pixels as the whole image cut to the box). The RNG draws are those
-of one-by-one decoding, in the same order; only a file the region decode
-fails on is decoded one by one after the rest, with new draws (deterministic
-still, so resumed runs match).
+again, in the training process or in a DataLoader worker, and it region-decodes
+all the batch's full-size boxes in one call. The RNG draws are those of
+one-by-one decoding, in the same order; only a file the region decode fails on
+is decoded one by one after the rest, with new draws (deterministic still, so
+resumed runs match).
+
+What is left of a decode is the entropy (Huffman) decoding of every row above
+the box's last one: a JPEG without restart markers has no random access, and on
+photo-like images that is most of a decode (``python -m benchmarks dataloader``
+reports this floor beside the decoder alone).
 
 Pillow stays the fallback for everything else: other formats (PNG, BMP,
 ...), CMYK/YCCK JPEGs, and any JPEG libjpeg-turbo will not decode strictly
@@ -120,6 +125,10 @@ class TurboTransform:
         if planned is None:
             return None
         height, width, box, flip = planned
+        if dct_scale(box[2], box[3], self.size) == 1 and jpeg_regions.available() and jpeg_regions.complete(data):
+            crop, = jpeg_regions.decode_regions([data], [pixel_region(box, height, width)], fast=self.train)
+            if crop is not None:  # the box alone: the same pixels as the whole image cut to it
+                return self.finish_crop(crop, flip, out)
         try:
             image, scaled_box = self.decode_scaled(data, height, width, box)
         except ValueError:  # truncated or damaged: Pillow decides
@@ -205,22 +214,31 @@ def dct_scale(height: float, width: float, size: int) -> int:
 def resize_antialiased(image: np.ndarray, size: int) -> np.ndarray:
     """``image`` (HWC uint8) to ``size`` x ``size``, low-pass filtered first when it shrinks by 1.25x or more.
 
-    After the DCT-domain reduction the remaining factor ``r`` is below 2 per
-    axis. For 1.25 <= r < 2: OpenCV's fixed-point 3x3 Gaussian ([1, 2, 1] / 4,
-    sigma ~0.85: the footprint of an output pixel at r = 2), then bilinear
-    interpolation; below 1.25 bilinear alone (the ideal prefilter's sigma,
-    sqrt(r**2 - 1) / 2, is under 0.4 pixel). Both are SIMD kernels, together ~3x
-    faster than ``INTER_AREA``'s generic (non-integer) path and as free of
-    aliasing (a 1-pixel checkerboard comes out flat). Factors of 2 and more (a
-    huge image at 1/8) use ``INTER_AREA``; enlargements are bilinear.
+    After the DCT-domain reduction the remaining factor ``r`` is below 2 along
+    the box's shorter side and below 2.67 along the other (a box's sides differ
+    by 4/3 at most). Per axis: for 1.25 <= r < 2, OpenCV's fixed-point 3-tap
+    Gaussian ([1, 2, 1] / 4, sigma ~0.85: the footprint of an output pixel at
+    r = 2); for 2 <= r < 3 its 5-tap one ([1, 4, 6, 4, 1] / 16, sigma ~1.1);
+    then bilinear interpolation. Below 1.25 bilinear alone (the ideal
+    prefilter's sigma, sqrt(r**2 - 1) / 2, is under 0.4 pixel). These are SIMD
+    kernels, together 2-3x faster than ``INTER_AREA``'s generic (non-integer)
+    path, as free of aliasing (a 1-pixel checkerboard comes out flat) and closer
+    to Pillow's antialiased bilinear (0.8/255 against INTER_AREA's 1.3/255 at
+    2 <= r < 3 on a noise texture). Factors of 3 and more (a huge image at 1/8,
+    or one Pillow decoded) use ``INTER_AREA``; enlargements are bilinear.
     """
     cv2 = _opencv()
     ry, rx = image.shape[0] / size, image.shape[1] / size
-    if ry >= 2 or rx >= 2:
+    if ry >= 3 or rx >= 3:
         return cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA)
     if ry >= 1.25 or rx >= 1.25:  # on a contiguous copy of the crop: ~15% faster than on the view
-        image = cv2.GaussianBlur(np.ascontiguousarray(image), (3 if rx >= 1.25 else 1, 3 if ry >= 1.25 else 1), 0)
+        image = cv2.GaussianBlur(np.ascontiguousarray(image), (_taps(rx), _taps(ry)), 0)
     return cv2.resize(image, (size, size), interpolation=cv2.INTER_LINEAR)
+
+
+def _taps(r: float) -> int:
+    """The Gaussian prefilter's width along an axis that shrinks by ``r`` (< 3): 5, 3 or 1 (none)."""
+    return 5 if r >= 2 else 3 if r >= 1.25 else 1
 
 
 class TurboImageFolder(ImageFolderDataset):

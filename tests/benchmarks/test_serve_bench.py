@@ -1,5 +1,5 @@
-"""A seconds-long run of ``benchmarks/serve.py`` (the digits-sized MLP; ptrain serve in /v1, v2 JSON and v2 binary,
-and the hand-written peer, all real servers), so it keeps working. Not a measurement: no speed is asserted."""
+"""A seconds-long run of ``benchmarks/serve.py`` (the digits-sized MLP; ptrain serve in /v1, v2 JSON, v2 binary and
+gRPC, and the hand-written peer, all real servers), so it keeps working. Not a measurement: no speed is asserted."""
 
 import json
 
@@ -13,7 +13,8 @@ def test_serve_benchmark_runs_every_protocol_and_the_peer(tmp_path):
                        "--max_requests", "200", "--json", str(out), "--markdown", str(tmp_path / "serve.md")]) == 0
     (model,) = json.loads(out.read_text())["result"]["models"]
     points = {(r["protocol"], r["concurrency"]): r for r in model["rows"]}
-    assert set(points) == {(p, c) for p in ("v1", "v1-inline", "v2-json", "v2-binary", "handwritten") for c in (1, 4)}
+    assert set(points) == {(p, c) for p in ("v1", "v1-process", "v2-json", "v2-binary", "grpc", "handwritten")
+                           for c in (1, 4)}
     for r in points.values():
         assert r["requests"] > 0 and r["errors"] == 0 and r["p99_ms"] >= r["p50_ms"] > 0
     assert points[("handwritten", 4)]["mean_batch"] == 1.0  # one request per model call

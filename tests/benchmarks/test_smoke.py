@@ -56,20 +56,24 @@ def test_allreduce_runs_under_launch(tmp_path):
 
 def test_dataloader_measures_each_backend_per_cpu_second(tmp_path):
     out = tmp_path / "dataloader.json"  # dali: tests/models/test_resnet_dali.py (a child costs a paddle import)
-    assert dataloader.main(["--images", "64", "--workers", "0", "--epochs", "1", "--backends", "turbo",
-                            "--json", str(out)]) == 0
+    assert dataloader.main(["--images", "64", "--sets", "textured", "--workers", "1", "--epochs", "1",
+                            "--backends", "turbo", "--json", str(out), "--markdown", str(tmp_path / "d.md")]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]
     backends = ["pillow", "turbo"]
-    assert [r["backend"] for r in rows] == backends and all(r["workers"] == 0 for r in rows)
-    for r in rows:
-        assert r["pipeline_images"] == 64 and r["images_per_s"] > 0 and r["images_per_cpu_s"] > 0
+    assert [r["backend"] for r in rows] == backends and all(r["workers"] == 1 and r["set"] == "textured" for r in rows)
+    for r in rows:  # both passes (workers started, workers kept) read every image; their CPU time is counted
+        assert r["pipeline_images"] == r["first_pipeline_images"] == 64
+        assert r["images_per_s"] > 0 and 0 < r["images_per_cpu_s"] < 1e5 and 0 < r["first_images_per_cpu_s"] < 1e5
         assert r["train_steps"] == 1  # 1 epoch x 2 steps, the first left out
         assert 0.0 <= r["data_wait_share"] <= 1.0
     assert rows[0]["cpu_s_ratio_to_pillow"] == 1.0
-    assert set(result["eval_vs_pillow"]) == set(backends[1:])
-    assert all(v["mean_abs_diff"] <= 8 for v in result["eval_vs_pillow"].values())
-    assert result["decode_only_images_per_cpu_s"] > 0
+    evaluation = result["evaluation"]["textured"]
+    assert set(evaluation["vs_pillow"]) == set(backends[1:]) and set(evaluation["images_per_cpu_s"]) == set(backends)
+    assert all(v["mean_abs_diff"] <= 8 for v in evaluation["vs_pillow"].values())
+    limits = result["decoder_alone"]["textured"]
+    assert limits["decode_only_images_per_cpu_s"] > 0 and limits["reduced_scale_share"] == 0.0  # 500x375: none
+    assert "| textured | 1 |" in (tmp_path / "d.md").read_text()
 
 
 def test_workers_compares_kept_and_new_workers(tmp_path):

@@ -40,20 +40,6 @@ class FixedReader:
         self.closed = True
 
 
-class WaitForSamples(Callback):
-    """Hold the first step until the monitor's thread has sampled ``n`` times (busy: the process uses CPU)."""
-
-    order = 5
-
-    def __init__(self, monitor, n=2):
-        self.monitor, self.n = monitor, n
-
-    def on_step_end(self, trainer):
-        deadline = time.time() + patience(10)
-        while self.monitor.samples < self.n and time.time() < deadline:
-            sum(i * i for i in range(2000))
-
-
 class SlowDataset(ToyDataset):
     def __getitem__(self, i):
         time.sleep(0.006)  # 8 samples a batch: ~48 ms of loading per step (a wall-clock wait: load cannot shrink it)
@@ -176,19 +162,36 @@ def test_no_nvidia_driver_here_falls_back_to_psutil():
 
 
 # ---- the psutil branch, for real -------------------------------------------------------------
-def test_psutil_branch_reports_this_process_cpu_and_resident_memory(tmp_path):
-    monitor = GPUUtilizationMonitor(interval=0.02)
-    train(tmp_path, monitor, extra=[WaitForSamples(monitor, n=3)])
-    first = train_records(tmp_path)[0]
+class BurnWithoutSampler(Callback):
+    """Burn some CPU every step (psutil counts it in clock ticks, 10 ms) and note the monitor threads alive
+    at the first step."""
+
+    order = 5
+
+    def __init__(self):
+        self.threads = None
+
+    def on_step_end(self, trainer):
+        if self.threads is None:
+            self.threads = monitor_threads()
+        sum(i * i for i in range(200_000))
+
+
+def test_psutil_branch_reports_this_process_cpu_and_resident_memory_without_a_thread(tmp_path):
+    monitor, burn = GPUUtilizationMonitor(interval=0.02), BurnWithoutSampler()
+    train(tmp_path, monitor, extra=[burn])
+    assert burn.threads == []  # psutil's CPU share is a mean since its previous reading: read at each record
+    records = train_records(tmp_path)
     rss_now = psutil.Process().memory_info().rss / 2**20
-    # the first step burned CPU while the thread sampled: psutil's first reading of a process is 0.0, so a
-    # reader that was not primed reports 0 here; how much above 0 depends on the machine's load, not on us
-    assert first["cpu_percent"] > 0
-    assert 50 < first["rss_mb"] <= rss_now * 1.5 and first["rss_mb"] >= rss_now * 0.5
+    # the first step burned CPU: psutil's first reading of a process is 0.0, so a reader that was not primed
+    # reports 0 here; how much above 0 depends on the machine's load, not on us
+    assert all(r["cpu_percent"] > 0 for r in records) and monitor.samples == len(records) == 2
+    assert all(50 < r["rss_mb"] <= rss_now * 1.5 and r["rss_mb"] >= rss_now * 0.5 for r in records)
     assert not monitor_threads()
 
 
-def test_a_failing_reader_stops_the_sampler_not_the_training(tmp_path, caplog):
+@pytest.mark.parametrize("per_record", [False, True])  # sampled by the thread, or read at each record
+def test_a_failing_reader_stops_the_sampler_not_the_training(tmp_path, caplog, per_record):
     class Broken:
         def sample(self):
             raise OSError("device lost")
@@ -196,6 +199,7 @@ def test_a_failing_reader_stops_the_sampler_not_the_training(tmp_path, caplog):
         def close(self):
             pass
 
+    Broken.per_record = per_record
     monitor = GPUUtilizationMonitor(interval=0.01, reader=Broken())
 
     class Wait(Callback):

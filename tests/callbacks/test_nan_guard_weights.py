@@ -1,6 +1,6 @@
 """The default NaNGuard checks the parameters at logging steps: a nan or inf in a weight the loss never
-shows stops training at the next logging step; finite weights whose float32 sum overflows do not (what a
-cheaper sum-based check would get wrong)."""
+shows stops training at the next logging step; finite weights whose float32 sum overflows do not (the fast
+sum-based check is confirmed by an exact one before it stops anything)."""
 
 import numpy as np
 import paddle

@@ -228,3 +228,29 @@ def test_blame_names_the_rank_behind_a_silent_one_and_a_dead_one(tmp_path):
         assert json.load(f)["key"] == [6, 1, 0]
     board.remove()
     assert not os.path.exists(board.path(0))
+
+
+def test_a_stopping_rank_waits_for_the_reports_of_ranks_alive_only(tmp_path):
+    """ProgressBoard.wait_for_reports: a rank that has reported, or whose file stopped changing, or that has no file
+    is not waited for; a live rank without a report is, until the grace runs out (then it is named)."""
+    import threading
+
+    from callbacks.stall_blame import ProgressBoard
+
+    boards = [ProgressBoard(str(tmp_path), r, 4, check_interval=0.05) for r in range(4)]
+    boards[1].publish((3, 1, 0), reported=True)
+    boards[2].publish((3, 2, 0))  # alive, in the collective, not reported yet
+    start = time.monotonic()
+    assert boards[0].wait_for_reports(0.3, 0.02) == [2] and time.monotonic() - start >= 0.3  # rank 3: no file
+    later = threading.Timer(0.2, lambda: boards[2].publish((3, 2, 0), reported=True))
+    later.start()
+    start = time.monotonic()
+    assert boards[0].wait_for_reports(30, 0.02) == [] and time.monotonic() - start < 20
+    later.join()
+    boards[2].publish((3, 2, 0))
+    stale = time.time() - 2 * boards[0].fresh_within
+    info = json.loads(open(boards[0].path(2)).read())
+    info["time"] = stale
+    with open(boards[0].path(2), "w") as f:
+        json.dump(info, f)
+    assert boards[0].wait_for_reports(30, 0.02) == []  # no sign of life: not waited for

@@ -7,7 +7,7 @@ The signal is sent with ``scancel --signal=USR1`` to what the recipe's ``--signa
 the batch shell, for ``B:``; the steps' tasks otherwise), right after the first checkpoint: Slurm sends the
 same signal to the same processes at the time limit, but only checks it about every 30 s. A requeued job that
 Slurm holds (``PENDING``, reason ``BeginTime``, up to two minutes) is released with ``scontrol update
-StartTime=now``.
+StartTime=now+5`` (at ``now``, slurmd can refuse the new credential as revoked: the job then fails).
 """
 
 import hashlib
@@ -231,8 +231,12 @@ def test_the_documented_sbatch_recipe_is_preempted_requeued_and_resumes_exactly(
     at = int(preempted[1])
     assert 0 < at < STEPS
     if cluster.job(job).get("JobState") == "PENDING":  # (Slurm may hold a requeued job ~2 min: BeginTime)
-        cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # lift the hold (it may have started)
-    cluster.wait(lambda: cluster.job(job).get("JobState") == "COMPLETED", "the requeued job to complete", 600)
+        # lift the hold, a few seconds on: slurmd refuses a credential made in the second it revoked the job's
+        # last one ("Job credential revoked", the job then FAILED), which is why Slurm holds a requeued job
+        cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now+5")
+    cluster.wait(lambda: cluster.job(job).get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                              "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"),
+                 "the requeued job to end", 600)
     info = cluster.job(job)
     text = log.read_text(errors="replace")
     resumed = f"resume auto: resuming from {out}/checkpoints/step-{at} "

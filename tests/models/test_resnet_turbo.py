@@ -78,12 +78,23 @@ def test_a_small_crop_of_a_large_jpeg_decodes_at_a_quarter_of_its_size(tmp_path)
 
 
 def test_the_resize_is_antialiased():
-    for n in (300, 403, 447):  # 1-pixel checkerboards shrunk by 1.3-2x: flat grey, not a pattern
-        checker = np.repeat((np.indices((n, n)).sum(0) % 2 * 255).astype("uint8")[..., None], 3, axis=2)
+    for h, w in ((300, 300), (403, 403), (447, 447), (448, 597), (520, 660), (400, 600)):
+        # 1-pixel checkerboards shrunk by 1.3-2.9x (3- and 5-tap prefilters): flat grey, not a pattern
+        checker = np.repeat((np.indices((h, w)).sum(0) % 2 * 255).astype("uint8")[..., None], 3, axis=2)
         out = resize_antialiased(checker, 224)
-        assert out.shape == (224, 224, 3) and out.std() < 2.0 and abs(out.mean() - 127.5) < 2
-    big = resize_antialiased(np.zeros((1000, 700, 3), dtype="uint8"), 224)  # >= 2x: INTER_AREA
+        assert out.shape == (224, 224, 3) and out.std() < 2.0 and abs(out.mean() - 127.5) < 2, (h, w)
+    big = resize_antialiased(np.zeros((1000, 700, 3), dtype="uint8"), 224)  # >= 3x: INTER_AREA
     assert big.shape == (224, 224, 3)
+
+
+def test_the_resize_stays_near_pillows_antialiased_bilinear_at_every_factor():
+    """A textured crop shrunk by 1.1-2.9x per axis (every prefilter) is within 3/255 of Pillow's resize."""
+    rng = np.random.RandomState(0)
+    for h, w in ((250, 260), (300, 420), (470, 500), (460, 620), (600, 650)):
+        image = photo(h, w, seed=h)
+        image = np.clip(image.astype("int16") + rng.normal(0, 12, image.shape), 0, 255).astype("uint8")
+        expected = np.asarray(Image.fromarray(image).resize((224, 224), Image.BILINEAR))
+        assert mad(resize_antialiased(image, 224), expected) < 3, (h, w)
 
 
 # ---- against Pillow + paddle.vision ------------------------------------------------------
@@ -231,6 +242,49 @@ def test_the_region_decode_cuts_the_box_of_the_whole_image_decode(tmp_path):
         gray_crop, = jpeg_regions.decode_regions([gray], [(10, 20, 110, 220)], fast=fast)
         assert gray_crop is None or mad(gray_crop, read_rgb(str(tmp_path / "g.jpg")).crop((20, 10, 220, 110))) < 1
     assert not jpeg_regions.complete(data[: len(data) // 2]) and jpeg_regions.complete(data)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["training", "evaluation"])
+def test_one_by_one_samples_decode_only_the_box_and_match_the_whole_image_path(tmp_path, monkeypatch, train):
+    """from_file (``dataset[i]``, the per-sample path) decodes a full-scale box alone, as batches do: the same
+    pixels and draws as decoding the whole image and cutting the box (nvImageCodec switched off); a box small
+    enough for a reduced DCT scale, a truncated file and a PNG never reach the region decode."""
+    from models.resnet import jpeg_regions
+
+    paths = [save(tmp_path / f"{i}.jpg", photo(300 + 41 * i, 380 + 29 * i, seed=i), quality=90) for i in range(6)]
+    paths.append(save(tmp_path / "big.jpg", photo(1300, 1700, seed=7), quality=90))
+    data = open(paths[0], "rb").read()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    paths += [str(tmp_path / "cut.jpg"), save(tmp_path / "x.png", photo(260, 300))]
+    transform = TurboTransform.for_training(224) if train else TurboTransform.for_evaluation(224, 256)
+    calls = []
+    real = jpeg_regions.decode_regions
+
+    def counted(datas, regions, fast):  # the real decode, counted
+        calls.append((len(datas), fast))
+        return real(datas, regions, fast)
+
+    def run():
+        out = []
+        for seed, p in enumerate(paths):
+            random.seed(seed)
+            np.random.seed(seed)
+            try:
+                out.append(transform.from_file(p))
+            except BadImageError:
+                out.append(None)
+            out.append((random.random(), np.random.rand()))  # what the sample drew
+        return out
+
+    monkeypatch.setattr(jpeg_regions, "decode_regions", counted)
+    assert jpeg_regions.available()
+    boxes_only = run()
+    assert calls == [(1, train)] * 6  # the 500-px-class JPEGs; not the big one (1/2 or 1/4), the cut file, the PNG
+    monkeypatch.setattr(jpeg_regions, "_missing", "switched off by the test")
+    whole = run()
+    assert len(calls) == 6
+    for a, b in zip(boxes_only, whole):
+        assert (a is None and b is None) or (isinstance(a, tuple) and a == b) or np.array_equal(a, b)
 
 
 def test_a_run_with_two_loader_workers_resumed_at_a_step_boundary_ends_bitwise_equal(tmp_path):

@@ -49,8 +49,13 @@ def test_one_process_or_a_sharding_group_of_one_is_plain_data_parallel():
     ({"master_grad": True}, "amp_master_grad with plain data parallel over 4 ranks is not supported"),
     ({"sharding": "stage2", "sharding_parallel_degree": 2, "master_grad": True},
      "amp_master_grad with sharding stage2 and data parallel"),
-    ({"tensor_parallel_degree": 2}, "tensor_parallel_degree=2 is not supported yet"),
-    ({"pipeline_parallel_degree": 4}, "pipeline_parallel_degree=4 is not supported yet"),
+    ({"tensor_parallel_degree": 3}, "tensor_parallel_degree=3 does not divide the 4 ranks"),
+    ({"tensor_parallel_degree": 2, "pipeline_parallel_degree": 4}, "tensor_parallel_degree=2 x pipeline_parallel_degree=4"),
+    ({"tensor_parallel_degree": 2, "tensor_parallel_config": "enable_mp_turbo"},
+     "tensor_parallel_config='enable_mp_turbo': enable_mp_turbo is not known"),
+    ({"pipeline_parallel_degree": 2, "pipeline_parallel_config": "fast"}, "pipeline_parallel_config='fast': fast is not known"),
+    ({"hybrid_parallel_topo_order": "mp_first"}, "hybrid_parallel_topo_order='mp_first' is not known"),
+    ({"tensor_parallel_degree": 2, "sharding": "stage2"}, "sharding stage2 with tensor_parallel_degree=2"),
 ])
 def test_invalid_combinations_are_one_line_naming_the_field(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")) as info:
@@ -90,3 +95,36 @@ def test_sharding_parallel_config_is_checked_with_the_layout(monkeypatch):
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     with pytest.raises(ConfigError, match="enable_stage2_overlap is for sharding stage2, not stage1"):
         TrainingArguments(sharding="stage1", sharding_parallel_config="enable_stage2_overlap", output_dir="x")
+
+
+@pytest.mark.parametrize("order, expected", [
+    # rank -> (dp, pp, sharding, mp) on 8 ranks: dp 1 x pp 2 x sharding 2 x mp 2, as fleet's CommunicateTopology numbers them
+    ("pp_first", {0: (0, 0, 0, 0), 1: (0, 0, 0, 1), 2: (0, 0, 1, 0), 4: (0, 1, 0, 0), 7: (0, 1, 1, 1)}),
+    ("sharding_first", {0: (0, 0, 0, 0), 1: (0, 0, 0, 1), 2: (0, 1, 0, 0), 4: (0, 0, 1, 0), 7: (0, 1, 1, 1)}),
+])
+def test_hybrid_ranks_follow_the_topology_order(order, expected):
+    for rank, (dp, pp, sharding, mp) in expected.items():
+        layout = Layout.plan(8, rank, sharding="stage1", sharding_parallel_degree=2, tensor_parallel_degree=2,
+                             pipeline_parallel_degree=2, hybrid_parallel_topo_order=order)
+        assert (layout.dp_rank, layout.pp_rank, layout.sharding_rank, layout.mp_rank) == (dp, pp, sharding, mp)
+        # ranks of one tensor/pipeline group read the same slice of the batch: sharding's 2 slices
+        assert (layout.data_rank, layout.data_world_size) == (sharding, 2)
+        assert layout.holds_loss == (pp == 1) and layout.writes_outputs == (pp == 1 and mp == 0)
+        assert layout.clips_in_optimizer and layout.splits_parameters
+
+
+def test_tensor_parallel_with_data_parallel_reads_per_replica():
+    layouts = [Layout.plan(4, rank, tensor_parallel_degree=2, tensor_parallel_config="enable_mp_async_allreduce")
+               for rank in range(4)]
+    assert [(l.dp_rank, l.mp_rank, l.data_rank) for l in layouts] == [(0, 0, 0), (0, 1, 0), (1, 0, 1), (1, 1, 1)]
+    assert layouts[0].describe()["dp_degree"] == 2 and layouts[0].tensor_options == ("enable_mp_async_allreduce",)
+    assert [l.writes_shard for l in layouts] == [True, True, False, False]
+    assert layouts[0].summary() == "4 ranks: dp 2 x mp 2"
+
+
+def test_paddlenlps_rank_properties_of_the_arguments(monkeypatch):
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "4")
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "3")
+    args = TrainingArguments(output_dir="x", sharding="stage1", sharding_parallel_degree=2)
+    assert (args.data_parallel_rank, args.sharding_parallel_rank, args.tensor_parallel_rank,
+            args.pipeline_parallel_rank) == (1, 1, 0, 0)

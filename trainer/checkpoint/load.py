@@ -12,8 +12,9 @@ from ..errors import ConfigError, DataError
 from .manifest import VerifiedCheckpoint, read_verified
 from .resume import plan_world_size
 from .rng import set_rng_state
-from .slices import sliced_optimizer_state, split_parameters
+from .slices import local_blocks, sliced_optimizer_state, split_parameters, tensor_parallel_splits
 from .snapshot import join_optimizer_state, param_name_map
+from .stages import held_optimizer_tensors, local_state, whole_state
 from .store import resolve_read
 
 logger = logging.getLogger("trainer.checkpoint")
@@ -31,11 +32,23 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
     if ckpt is None:
         return None
     resolved, meta, model_state, opt_tensors = ckpt.path, ckpt.meta, ckpt.model_state, ckpt.opt_tensors
-    own = trainer.model.state_dict()
+    own = whole_state(trainer.model)  # a pipeline stage's tensors under the whole model's names
+    layout = trainer.layout
+    if layout.pp_degree > 1:  # this stage's tensors of the whole model, whichever layout wrote them
+        model_state = {k: v for k, v in model_state.items() if k in own}
+        opt_tensors = held_optimizer_tensors(opt_tensors, set(param_name_map(trainer.model).values()))
+    if layout.mp_degree > 1:  # tensor parallel: this rank's blocks of the whole tensors, whichever layout wrote them
+        model_state, opt_tensors = dict(model_state), dict(opt_tensors)
+        try:
+            local_blocks(tensor_parallel_splits(trainer.model), layout.mp_rank, layout.mp_degree, model_state,
+                         opt_tensors)
+        except ValueError as exc:
+            raise DataError(f"checkpoint {resolved} cannot be split for this run: {exc}") from None
     _check_model(own, model_state, resolved)
     try:
         adapt_to_world_size(trainer, meta)
-        trainer.model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in model_state.items()})
+        trainer.model.set_state_dict(local_state(trainer.model, {k: _as_tensor(v, own[k].dtype)
+                                                                 for k, v in model_state.items()}))
         names = param_name_map(trainer.model)
         opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
         trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
@@ -105,7 +118,7 @@ def reslice_optimizer(trainer) -> None:
 def adapt_to_world_size(trainer, meta: dict) -> None:
     """Resuming on another number of processes keeps the global batch through accumulation
     (``trainer.checkpoint.resume.plan_world_size``; fit() has applied it before planning the schedule)."""
-    plan_world_size(trainer.args, meta, trainer.world_size)
+    plan_world_size(trainer.args, meta, trainer.layout.data_world_size)  # ranks reading different data
 
 
 def _as_tensor(array, dtype) -> paddle.Tensor:

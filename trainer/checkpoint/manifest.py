@@ -240,6 +240,7 @@ def check_meta(meta: dict) -> None:
             and _count(args.get("per_device_train_batch_size"), 1) and _count(args.get("gradient_accumulation_steps"), 1)
             and _count(state.get("global_step", 0), 0) and all(_count(state.get(k, 0), 0) for k in ("max_steps", "steps_per_epoch"))
             and (meta.get("train_samples") is None or _count(meta.get("train_samples"), 1))
+            and (meta.get("data_world_size") is None or _count(meta.get("data_world_size"), 1))
             and (window is None or (isinstance(window, dict) and _count(window.get("steps"), 1)
                                     and isinstance(window.get("sum"), (int, float))
                                     and not isinstance(window.get("sum"), bool)))):

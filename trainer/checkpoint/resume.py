@@ -67,6 +67,8 @@ MAY_CHANGE = frozenset({
     "logging_dir", "run_name", "wandb_api_key",  # where and how the trackers write (callbacks.tracking)
     # the layout: a checkpoint reshards onto any of them (trainer.checkpoint.shards); recompute gives equal gradients
     "sharding", "sharding_parallel_degree", "sharding_parallel_config", "recompute", "recompute_modules",
+    "tensor_parallel_degree", "pipeline_parallel_degree", "tensor_parallel_config", "pipeline_parallel_config",
+    "hybrid_parallel_topo_order",
 })
 #: Fields with their own rule (run length; global batch and world size), checked below.
 LENGTH_FIELDS = ("max_steps", "num_train_epochs")
@@ -88,15 +90,24 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     if resume != "auto" and dist.is_main_process():
         logger.info("resuming from %s (given explicitly; its files verify)", path)
     n = _dataset_len(trainer)
-    plan_world_size(trainer.args, meta, trainer.world_size)
-    keep_adapted_accumulation(trainer.args, meta, trainer.world_size)
+    readers = trainer.layout.data_world_size  # ranks reading different data: they fix the global batch
+    plan_world_size(trainer.args, meta, readers)
+    keep_adapted_accumulation(trainer.args, meta, readers)
     # recorded in the checkpoints this run writes (trainer.checkpoint.snapshot)
-    trainer.accumulation_adapted = int(meta["world_size"]) != trainer.world_size or bool(meta.get("accumulation_adapted"))
+    trainer.accumulation_adapted = data_world_size(meta) != readers or bool(meta.get("accumulation_adapted"))
     check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
-    check_resume(trainer.args, meta, n, trainer.world_size, path)
+    check_resume(trainer.args, meta, n, readers, path)
     check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change)
-    _warn_uneven_epoch(meta, n, trainer.world_size)
+    _warn_uneven_epoch(meta, n, readers)
     return ckpt
+
+
+def data_world_size(meta: dict) -> int:
+    """How many ranks read different data in the run that wrote ``meta`` (dp x sharding; tensor- and pipeline-
+    parallel ranks of one group read the same batch): what the global batch and the sampler depend on. A
+    checkpoint of an older version records only its world size, which was that number."""
+    readers = meta.get("data_world_size")
+    return int(meta["world_size"] if readers is None else readers)
 
 
 def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: bool = False) -> None:
@@ -120,7 +131,7 @@ def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: 
 
 
 def _warn_uneven_epoch(meta: dict, n: Optional[int], world_size: int) -> None:
-    old_ws, state = int(meta["world_size"]), meta["state"]
+    old_ws, state = data_world_size(meta), meta["state"]
     if n is None or old_ws == world_size or not state.get("step_in_epoch") or not (n % old_ws or n % world_size):
         return
     if dist.is_main_process():
@@ -163,7 +174,7 @@ def _dataset_len(trainer) -> Optional[int]:
 def plan_world_size(args, meta: dict, world_size: int) -> None:
     """Another number of processes: keep the checkpoint's global batch through ``gradient_accumulation_steps``
     (set on ``args``), or refuse with choices that work. The same number: nothing to do here."""
-    old_ws = int(meta["world_size"])
+    old_ws = data_world_size(meta)
     if old_ws == world_size:
         return
     saved = meta["args"]
@@ -197,7 +208,7 @@ def keep_adapted_accumulation(args, meta: dict, world_size: int) -> None:
     processes) keeps it when resumed again on that number with the same per-device batch: a relaunch with the
     job's original flags is the same run, not a changed one."""
     saved = meta["args"]
-    if (meta.get("accumulation_adapted") and int(meta["world_size"]) == world_size
+    if (meta.get("accumulation_adapted") and data_world_size(meta) == world_size
             and args.per_device_train_batch_size == saved["per_device_train_batch_size"]
             and args.gradient_accumulation_steps != saved["gradient_accumulation_steps"]):
         if dist.is_main_process():
@@ -222,7 +233,7 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
         raise ConfigError(f"resume: {name} was {old!r} in {where}, this run has {new!r}: it would change what is "
                           f"trained; resume with {name}={old!r}, {_FRESH}")
     # 2. the global batch on the same number of processes
-    if int(meta["world_size"]) == world_size:
+    if data_world_size(meta) == world_size:
         old_b, old_k = int(saved["per_device_train_batch_size"]), int(saved["gradient_accumulation_steps"])
         new_b, new_k = args.per_device_train_batch_size, args.gradient_accumulation_steps
         if old_b * old_k != new_b * new_k:
@@ -252,7 +263,7 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
     else:
         steps_per_epoch = _steps_per_epoch(args, dataset_len, world_size)
         planned = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
-    if old_n is None and steps_per_epoch is not None and int(meta["world_size"]) == world_size and state.get("steps_per_epoch") not in (None, steps_per_epoch):
+    if old_n is None and steps_per_epoch is not None and data_world_size(meta) == world_size and state.get("steps_per_epoch") not in (None, steps_per_epoch):
         raise ConfigError(
             f"resume: an epoch has {steps_per_epoch} steps in this run but had {state['steps_per_epoch']} in {where} "
             f"(another dataset size?): resume with the same dataset and batch, {_FRESH}")

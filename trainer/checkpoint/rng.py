@@ -1,4 +1,5 @@
-"""RNG states of a process (Python, numpy, paddle CPU and this rank's CUDA generator) as JSON values."""
+"""RNG states of a process (Python, numpy, paddle CPU and this rank's CUDA generator, and the states of fleet's
+model-parallel RNG tracker when tensor parallel registered them) as JSON values."""
 
 from __future__ import annotations
 
@@ -42,7 +43,43 @@ def rng_state(generators: Optional[dict] = None) -> dict:
         "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
         "paddle_cpu": _generator_to_json(gens["cpu"]),
         "paddle_cuda": None if cuda is None else {"device": f"gpu:{cuda[0]}", "state": _generator_to_json(cuda[1])},
+        "mp_tracker": _tracker_to_json(),
     }
+
+
+def _tracker():
+    from paddle.distributed.fleet.meta_parallel import get_rng_state_tracker
+
+    return get_rng_state_tracker()
+
+
+def _tracker_to_json() -> Optional[dict]:
+    """fleet's model-parallel RNG tracker (``get_rng_state_tracker``): the generator states it keeps by name (the
+    dropout of tensor-parallel ranks draws from ``model_parallel_rng``, seeded per rank); None when it has none."""
+    states = _tracker().get_states_tracker()
+    if not states:
+        return None
+    return {name: [[list(x) if isinstance(x, (list, tuple)) else x for x in s.__getstate__()] for s in gens]
+            for name, gens in states.items()}
+
+
+def _tracker_from_json(saved: dict, missed: List[str]) -> None:
+    tracker = _tracker()
+    own = tracker.get_states_tracker()
+    states = {}
+    for name, gens in saved.items():
+        if name not in own or len(own[name]) != len(gens):
+            missed.append(f"the model-parallel RNG state {name!r} (this run's tracker has no such state)")
+            continue
+        template = own[name][0]
+        restored = []
+        for values in gens:
+            state = type(template).__new__(type(template))
+            state.__setstate__(tuple(values))
+            restored.append(state)
+        states[name] = restored
+    if states:
+        tracker.set_states_tracker(states)
 
 
 def _generator_to_json(generator) -> list:
@@ -89,6 +126,8 @@ def set_rng_state(state: dict, generators: Optional[dict] = None) -> List[str]:
         else:
             missed.append(f"paddle's generators ({len(saved)} saved by an older checkpoint, which do not match "
                           f"this run on {here})")
+    if state.get("mp_tracker"):
+        _tracker_from_json(state["mp_tracker"], missed)
     if missed:
         logger.warning("rank %d resumes without restoring %s: random draws on that generator (dropout, random "
                        "augmentation on the device) differ from an uninterrupted run", dist.get_rank(),

@@ -65,9 +65,9 @@ def _write_sharded(snap: dict, final: str, publish_root: Optional[str], owner_di
         record = {"rank": rank, "token": info["token"], "file": None}
         if snap["tensors"]:
             target = os.path.join(tmp, info["file"])
-            save_tensors(snap["tensors"], target)
+            size, digest = save_tensors(snap["tensors"], target)  # hashed as written
             _fsync_file(target)
-            record.update(file=info["file"], bytes=os.path.getsize(target), sha256=sha256_file(target))
+            record.update(file=info["file"], bytes=size, sha256=digest)
         _leave_record(tmp, rank, ".json", record)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -92,3 +92,55 @@ def _cut(value, s: Split):
     part = flat[s.start:s.stop]
     pad = s.per_rank - (s.stop - s.start)
     return paddle.concat([part, paddle.zeros([pad], dtype=part.dtype)]) if pad else part
+
+
+# ---- tensor parallel: fleet's parallel layers hold blocks of their weights ------------------------------------
+def tensor_parallel_splits(model: paddle.nn.Layer) -> Dict[str, int]:
+    """``{structured name: axis}`` of the parameters fleet's tensor-parallel layers split over the model-parallel
+    group: paddle marks them ``is_distributed`` with their ``split_axis`` (ColumnParallelLinear's weight on axis 1
+    and its bias on 0, RowParallelLinear's weight and VocabParallelEmbedding's table on axis 0)."""
+    return {name: int(getattr(p, "split_axis", 0)) for name, p in model.named_parameters()
+            if getattr(p, "is_distributed", False) and hasattr(p, "split_axis")}
+
+
+def _state_keys_of(name: str, opt_state: dict) -> list:
+    return [k for k in opt_state if k == "master:" + name or k.startswith("param:" + name + "_")]
+
+
+def block_specs(splits: Dict[str, int], mp_rank: int, mp_degree: int, model_state: dict, opt_state: dict) -> Dict[str, dict]:
+    """The slice specs (``"offsets"``, see ``trainer.checkpoint.shards``) of this rank's blocks of the split
+    parameters and of their per-value optimizer states (the moments, the master weight: the parameter's shape)."""
+    specs = {}
+    for name, axis in splits.items():
+        if name not in model_state:
+            continue
+        local = [int(d) for d in model_state[name].shape]
+        full = list(local)
+        full[axis] *= mp_degree
+        offsets = [0] * len(local)
+        offsets[axis] = mp_rank * local[axis]
+        spec = {"shape": full, "offsets": offsets}
+        specs["model/" + name] = spec
+        for key in _state_keys_of(name, opt_state):
+            if [int(d) for d in opt_state[key].shape] == local:
+                specs["optimizer/" + key] = spec
+    return specs
+
+
+def local_blocks(splits: Dict[str, int], mp_rank: int, mp_degree: int, model_state: dict, opt_state: dict) -> None:
+    """Cut, in place, the whole tensors of a checkpoint (numpy, any layout wrote them) to this rank's blocks of the
+    split parameters and of their per-value optimizer states: what a tensor-parallel resume loads."""
+    for name, axis in splits.items():
+        if name not in model_state:
+            continue
+        full = list(model_state[name].shape)
+        for state, keys in ((model_state, [name]), (opt_state, _state_keys_of(name, opt_state))):
+            for key in keys:
+                value = state[key]
+                if list(value.shape) != full:
+                    continue  # the beta powers: one value, the same on every rank
+                if full[axis] % mp_degree:
+                    raise ValueError(f"{name} has {full[axis]} rows on axis {axis}, which do not split over "
+                                     f"tensor_parallel_degree={mp_degree}")
+                size = full[axis] // mp_degree
+                state[key] = np.take(value, range(mp_rank * size, (mp_rank + 1) * size), axis=axis)

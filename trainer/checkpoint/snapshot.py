@@ -21,10 +21,12 @@ import paddle
 from .. import distributed as dist
 from ..tensors import to_numpy
 from .fingerprint import data_fingerprint
+from .host_buffers import HostBuffers
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 from .shards import digest, holdings, plan, shard_file, written_by
-from .slices import split_parameters, take_slices
+from .slices import block_specs, split_parameters, take_slices, tensor_parallel_splits
+from .stages import whole_names, whole_state
 
 
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
@@ -32,8 +34,10 @@ def _to_numpy(t: paddle.Tensor) -> np.ndarray:
 
 
 def param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
-    """paddle's unique parameter names (``linear_0.w_0``) -> structured names (``fc.weight``)."""
-    return {p.name: name for name, p in model.named_parameters()}
+    """paddle's unique parameter names (``linear_0.w_0``) -> structured names (``fc.weight``; a pipeline stage's
+    under the whole model's names, ``trainer.checkpoint.stages``)."""
+    whole = whole_names(model)
+    return {p.name: whole.get(name, name) for name, p in model.named_parameters()}
 
 
 def _split_optimizer_state(opt_state: dict, names: Dict[str, str], convert=_to_numpy) -> Tuple[dict, dict]:
@@ -82,22 +86,30 @@ def join_optimizer_state(tensors: dict, scalars: dict, names: Dict[str, str]) ->
 
 
 
-def snapshot(trainer) -> dict:
+def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
     """Copy everything a checkpoint holds to host memory (the only part that runs at the step).
 
     A collective: every rank must call it. Rank-local state (RNG) of every
     rank is gathered to rank 0. Returns what this rank writes: ``{}`` on ranks
-    that write nothing (every rank but 0 when all hold the same state).
+    that write nothing (every rank but 0 when all hold the same state). ``buffers``: host memory kept
+    from the last save to copy into (:class:`~trainer.checkpoint.host_buffers.HostBuffers`; released
+    by the writer once the files are written); without it every tensor gets a new array.
     """
+    def copy(key: str, value) -> np.ndarray:
+        if not isinstance(value, paddle.Tensor):
+            return np.asarray(value)
+        return buffers.copy(key, value) if buffers is not None else _to_numpy(value)
+
     model, layout = trainer.model, getattr(trainer, "layout", None)
     names = param_name_map(model)
     split = split_parameters(model, getattr(layout, "sharding_rank", 0))  # sharding stage 3's sliced parameters
     names.update({"slice@" + s.param.name: name for name, s in split.items()})
-    model_live = model.state_dict()
+    model_live = whole_state(model)  # a pipeline stage's tensors under the whole model's names
     opt_live, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names, convert=lambda t: t)
     slices = take_slices(split, model_live, opt_live)
-    if hasattr(layout, "checkpoint_slices"):  # a layout that cuts tensors itself (tensor / pipeline parallel)
-        slices.update(layout.checkpoint_slices())
+    mp_degree = getattr(layout, "mp_degree", 1)
+    if mp_degree > 1:  # tensor parallel: blocks of the split parameters, at their offsets in the whole tensor
+        slices.update(block_specs(tensor_parallel_splits(model), layout.mp_rank, mp_degree, model_live, opt_live))
     held = holdings(model_live, opt_live)
     ranks = _gather_json({"rng": rng_state(), "held": digest(held, slices), "cut": bool(slices), "pid": os.getpid(),
                           "token": time.time_ns()})
@@ -111,7 +123,7 @@ def snapshot(trainer) -> dict:
         rank = dist.get_rank()
         snap = {"shard": {"rank": rank, "world_size": len(ranks), "file": shard_file(rank, len(ranks)),
                           "writer_pid": ranks[0]["pid"], "token": ranks[0]["token"]},
-                "tensors": {k: _host_copy(model_live if k.startswith("model/") else opt_live, k.split("/", 1)[1])
+                "tensors": {k: copy(k, (model_live if k.startswith("model/") else opt_live)[k.split("/", 1)[1]])
                             for k in written_by(index, rank)},
                 "step": trainer.state.global_step, "run_id": trainer.state.run_id}
         if rank != 0:
@@ -125,17 +137,12 @@ def snapshot(trainer) -> dict:
         snap.update(meta=meta, index=index)
         return snap
     return {
-        "model": {k: _to_numpy(v) for k, v in model_live.items()},
-        "optimizer": {k: _to_numpy(v) for k, v in opt_live.items()},
+        "model": {k: copy("model/" + k, v) for k, v in model_live.items()},
+        "optimizer": {k: copy("optimizer/" + k, v) for k, v in opt_live.items()},
         "meta": meta,
         "step": trainer.state.global_step,
         "run_id": trainer.state.run_id,
     }
-
-
-def _host_copy(tensors: dict, name: str) -> np.ndarray:
-    value = tensors[name]
-    return _to_numpy(value) if isinstance(value, paddle.Tensor) else np.asarray(value)
 
 
 def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[dict]) -> dict:
@@ -150,6 +157,8 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "rng_per_rank": rank_states,
         "args": trainer.args.to_dict(),
         "world_size": trainer.world_size,
+        # ranks that read different data (tensor/pipeline-parallel ranks of one group read the same): the global batch
+        "data_world_size": getattr(getattr(trainer, "layout", None), "data_world_size", trainer.world_size),
         "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
         "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
         "loss_window": loss_window,
@@ -164,7 +173,8 @@ def _loss_window(trainer) -> Optional[dict]:
     window = getattr(trainer, "_losses", None)
     if window is None or not window.steps:
         return None
-    return {"sum": float(dist.all_reduce_mean(window.total())), "steps": int(window.steps)}
+    total = trainer.layout.share_loss(window.total()) if hasattr(trainer, "layout") else window.total()
+    return {"sum": float(dist.all_reduce_mean(total)), "steps": int(window.steps)}
 
 
 def _gather_json(value) -> list:

@@ -20,12 +20,13 @@ import re
 import shutil
 import threading
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 import paddle
 
 from ..errors import TrainerError, TrainingError, option
 from . import fence
+from .host_buffers import HostBuffers
 from .lock import holder
 from .owner import pid_alive, same_namespace
 from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
@@ -57,16 +58,21 @@ class CheckpointWriter:
     ``submit`` waits for the previous write first, so at most one save is in
     flight. An error in the writer is kept and raised (as TrainingError) by the
     next ``wait`` or ``raise_if_failed``: training stops with it, never silently.
+    ``buffers``: the snapshot's host memory (:class:`HostBuffers`), released when each write ends.
     """
 
     def __init__(self):
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self.buffers = HostBuffers()
 
     def submit(self, job, background: bool) -> None:
         self.wait()
         if not background:
-            job()
+            try:
+                job()
+            finally:
+                self.buffers.release()
             return
         self._thread = threading.Thread(target=self._run, args=(job,), name="checkpoint-writer", daemon=True)
         self._thread.start()
@@ -76,6 +82,20 @@ class CheckpointWriter:
             job()
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             self._error = exc
+        finally:
+            self.buffers.release()
+
+    def join(self) -> None:
+        """Wait for the write in flight, if any; its error is kept for :meth:`wait` (raised there, not here)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def close(self) -> None:
+        """Wait for the write in flight (raising its error) and give the snapshot's host memory back."""
+        try:
+            self.wait()
+        finally:
+            self.buffers.clear()
 
     @property
     def busy(self) -> bool:
@@ -130,10 +150,11 @@ def save_failed(exc: OSError, final: str, owner_dir: str) -> TrainingError:
                          f"{option('resume_from_checkpoint', 'auto')}")
 
 
-def save_tensors(arrays: dict, target: str) -> None:
-    """``arrays`` to the safetensors file ``target``; an OSError naming ``target`` when the disk refuses."""
+def save_tensors(arrays: dict, target: str) -> Tuple[int, str]:
+    """``arrays`` to the safetensors file ``target``; its (bytes, sha256), hashed as written; an OSError naming
+    ``target`` when the disk refuses."""
     try:
-        write_safetensors(arrays, target)
+        return write_safetensors(arrays, target)
     except Exception as exc:  # an OSError without the file's name (os.write), or another library's error
         found = re.search(r"os error (\d+)", str(exc))
         code = getattr(exc, "errno", None) or (int(found[1]) if found else None)
@@ -149,14 +170,16 @@ def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
+        hashed = {}  # the tensor files' sha256 comes with their write (tensor_file: no second pass over them)
         for part in ("model", "optimizer"):
-            save_tensors(snap[part], os.path.join(tmp, f"{part}.safetensors"))
+            size, digest = save_tensors(snap[part], os.path.join(tmp, f"{part}.safetensors"))
+            hashed[f"{part}.safetensors"] = {"bytes": size, "sha256": digest}
         _write_json(os.path.join(tmp, "trainer.json"), snap["meta"])
         files = {}
         for name in sorted(os.listdir(tmp)):
             full = os.path.join(tmp, name)
             _fsync_file(full)
-            files[name] = {"bytes": os.path.getsize(full), "sha256": sha256_file(full)}
+            files[name] = hashed.get(name) or {"bytes": os.path.getsize(full), "sha256": sha256_file(full)}
         _write_json(os.path.join(tmp, MANIFEST), {
             "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})

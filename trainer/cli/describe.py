@@ -279,8 +279,10 @@ def describe_checkpoint(path: str) -> str:
                      + (f"; {samples:,} samples seen" if isinstance(samples, int) else ""))
         world = meta.get("world_size", state.get("world_size", "?"))
         per_device, accumulation = args.get("per_device_train_batch_size", "?"), args.get("gradient_accumulation_steps", "?")
+        readers = meta.get("data_world_size", world)  # tensor/pipeline-parallel ranks of one group read one batch
         lines.append(f"  processes: {world}; global batch {state.get('global_batch_size', '?')} "
-                     f"({per_device} per device x {accumulation} accumulation x {world})")
+                     f"({per_device} per device x {accumulation} accumulation x {readers}"
+                     + (" data-parallel ranks)" if readers != world else ")"))
         history = state.get("log_history") if isinstance(state.get("log_history"), list) else []
         last = next((r for r in reversed(history) if isinstance(r, dict) and "loss" in r), None)
         if last:

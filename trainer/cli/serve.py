@@ -44,16 +44,23 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
                           "task's names such as logits, else output / output_K)")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port, printed when ready)")
+    srv.add_argument("--grpc_port", type=int, default=0,
+                     help="also serve the Open Inference Protocol over gRPC (KServe v2, Triton's "
+                          "inference.GRPCInferenceService) on this port of --host (default 0: off)")
     srv.add_argument("--max_batch_size", type=int, default=32, help="instances per model call, and per request (default 32)")
     srv.add_argument("--max_delay_ms", type=float, default=5.0,
                      help="longest a request waits for others to batch with, under load (default 5; a request "
                           "alone runs at once)")
     srv.add_argument("--max_queue", type=int, default=None,
                      help="requests waiting per model before 503 + Retry-After (default 16 x max_batch_size x workers)")
-    srv.add_argument("--workers", type=int, default=1,
-                     help="predictor processes per model (default 1); 0: run the model in the server process, for "
-                          "models whose call takes well under a millisecond (no process hop; the server waits while "
-                          "it runs)")
+    srv.add_argument("--workers", type=int, default=None,
+                     help="predictor processes per model (default 1; a model whose call on a full batch takes under "
+                          "--inline_max_ms also runs lone requests in the server process); 0: run every request in "
+                          "the server process (no process hop; the server waits while it runs, no crash isolation, "
+                          "no batching)")
+    srv.add_argument("--inline_max_ms", type=float, default=1.0,
+                     help="without --workers, a CPU model whose warm call on --max_batch_size rows takes under this "
+                          "many ms also runs lone requests in the server process (default 1; 0: never)")
     srv.add_argument("--threads", type=int, default=1, help="CPU math threads per predictor process (default 1)")
     srv.add_argument("--device", default="cpu", help="cpu or gpu:K (default cpu)")
     srv.add_argument("--runtime", default="paddle", choices=["paddle", "onnxruntime"],
@@ -70,8 +77,8 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
     srv.add_argument("--body_timeout", type=float, default=30.0,
                      help="seconds for a request's body to arrive after its headers (default 30); then 408 and closed")
     srv.add_argument("--max_connections", type=int, default=None,
-                     help="open connections (default: the open-file limit less 64); at the limit a new connection "
-                          "closes the oldest one still waiting for its headers")
+                     help="open connections (default: the open-file limit less a reserve for accepting, at most "
+                          "8192); at the limit a new connection closes the oldest one still waiting for its headers")
     srv.add_argument("--drain_timeout", type=float, default=30.0,
                      help="seconds from SIGTERM/SIGINT to exit: answer accepted requests, refuse new ones (default 30)")
     srv.add_argument("--start_timeout", type=float, default=300.0,
@@ -113,7 +120,8 @@ def cmd_serve(ns) -> int:
                          ns.drain_timeout, ns.start_timeout, model_name=ns.model_name, model_version=ns.model_version,
                          output_names=names, allow_nonfinite=ns.allow_nonfinite, header_timeout=ns.header_timeout,
                          body_timeout=ns.body_timeout, max_connections=ns.max_connections,
-                         max_image_pixels=ns.max_image_pixels, max_decode_pixels=ns.max_decode_pixels).check()
+                         max_image_pixels=ns.max_image_pixels, max_decode_pixels=ns.max_decode_pixels,
+                         inline_max_ms=ns.inline_max_ms, grpc_port=ns.grpc_port).check()
     if ns.runtime == "onnxruntime":
         from ..deploy.onnx_export import export_onnx, is_current
 

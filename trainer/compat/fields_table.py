@@ -11,8 +11,7 @@ effect here; the note says why). Data only, importing nothing: read by
 
 from typing import Dict, Tuple
 
-_HYBRID = "tensor, pipeline and sep parallel are not supported: data parallel and sharding (trainer.parallel)"
-_TP = "1 or -1 (off) is accepted; more is refused until tensor and pipeline parallel exist"
+_HYBRID = "sep (segment) parallel is not supported: data, tensor and pipeline parallel and sharding (trainer.parallel)"
 _AUTO = "auto parallel and static-graph training are not supported: dynamic-graph data parallel only"
 _UC = ("checkpoints are always unified here: safetensors under one manifest, one shard per rank written at once "
        "in a sharded run, resharded onto any world size and sharding stage on resume (trainer.checkpoint.shards)")
@@ -69,14 +68,14 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "save_sharded_model": ("same", "a sharded run always saves each rank's shard at once, never gathered to one rank; "
                                    "False saves the same (it loads whole on any layout; export merges it)"),
     "load_sharded_model": ("same", "a resume always reads the shards, whichever layout wrote them; False the same"),
-    "tensor_parallel_degree": ("unsupported", _TP),
-    "pipeline_parallel_degree": ("unsupported", _TP),
+    "tensor_parallel_degree": ("same", "fleet's tensor parallel (TensorParallel, HybridParallelOptimizer) over the hybrid topology; the model is built with fleet's parallel layers (docs/how-to/model-parallel.md)"),
+    "pipeline_parallel_degree": ("same", "fleet's pipeline parallel over the hybrid topology; the model is a PipelineLayer"),
     "sep_parallel_degree": ("unsupported", _HYBRID),
     "data_parallel_config": ("unsupported", _HYBRID),
-    "tensor_parallel_config": ("unsupported", _HYBRID),
-    "pipeline_parallel_config": ("unsupported", _HYBRID),
+    "tensor_parallel_config": ("same", "enable_mp_async_allreduce, enable_mp_skip_c_identity, enable_mp_fused_linear_param_grad_add (fleet's mp_configs); enable_delay_scale_loss accepted"),
+    "pipeline_parallel_config": ("same", "PaddleNLP's words, into fleet's pp_configs and pipeline_configs"),
     "sharding_parallel_config": ("same", "enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg, enable_stage2_overlap"),
-    "hybrid_parallel_topo_order": ("unsupported", _HYBRID),
+    "hybrid_parallel_topo_order": ("same", "pp_first (default) or sharding_first: fleet's hybrid axis order"),
     "recompute": ("same", "a PaddleNLP model through its enable_recompute switch; any other model block by block (LayerLists or recompute_modules) under paddle's non-reentrant recompute"),
     "scale_loss": ("unsupported", "the fp16 loss scaler starts at 2**15 (callbacks.AMP)"),
     "minimum_eval_times": ("unsupported", "set eval_steps"),

@@ -8,8 +8,8 @@ PaddleNLP's value instead of an ``AttributeError``. These have an effect here:
 ``no_cuda`` (true: ``device cpu``), ``local_rank`` (filled from the launcher's
 environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
 ``sharding_parallel_degree``), ``tensor_parallel_degree`` /
-``pipeline_parallel_degree`` (1 or -1: off; more is refused by
-``trainer.parallel.Layout.plan`` until tensor and pipeline parallel exist),
+``pipeline_parallel_degree``, their ``*_config`` and ``hybrid_parallel_topo_order``
+(read by ``trainer.parallel.Layout.plan``: fleet's hybrid topology),
 ``unified_checkpoint_config`` (``async_save``: ``save_async``), and
 ``save_sharded_model``, ``load_sharded_model``, ``unified_checkpoint``, which ask
 for what checkpoints always do here (``trainer.checkpoint.shards``): never a warning. A
@@ -39,6 +39,7 @@ logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
 WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
+               "tensor_parallel_config", "pipeline_parallel_config", "hybrid_parallel_topo_order",
                "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key",
                # what these ask for is what checkpoints always do here (trainer.checkpoint.shards)
                "save_sharded_model", "load_sharded_model", "unified_checkpoint", "unified_checkpoint_config")

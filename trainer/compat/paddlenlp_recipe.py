@@ -69,8 +69,8 @@ class PaddleNLPRecipe(Recipe):
     def train_sampler(self, trainer, dataset_len: int) -> ResumableDistributedBatchSampler:
         a = trainer.args
         self._last_step, self._last_time = trainer.state.global_step, time.time()  # the first interval's start
-        return PaddleNLPOrder(dataset_len, a.per_device_train_batch_size, num_replicas=trainer.world_size,
-                              rank=trainer.rank, shuffle=True, seed=0, drop_last=a.dataloader_drop_last,
+        return PaddleNLPOrder(dataset_len, a.per_device_train_batch_size, num_replicas=trainer.layout.data_world_size,
+                              rank=trainer.layout.data_rank, shuffle=True, seed=0, drop_last=a.dataloader_drop_last,
                               numpy_seed=a.seed)
 
     def decay_names(self, model, params: Iterable) -> set[str]:

@@ -140,8 +140,9 @@ class IterableDatasetState(Callback):
         own = {"dataset": self.batches.dataset.state_dict(), "position": list(self.batches.position)}
         if trainer.world_size > 1:
             gathered: list = []
-            paddle.distributed.all_gather_object(gathered, own)
-            self._states = gathered
+            paddle.distributed.all_gather_object(gathered, (self.batches.rank, own))
+            # one state per data rank: the ranks of a tensor/pipeline-parallel group read the same stream
+            self._states = [state for _, state in sorted(dict(gathered).items())]
         else:
             self._states = [own]
 
@@ -171,7 +172,8 @@ def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
     if a.dataloader_num_workers > 0 and trainer.is_main_process:
         logger.warning("dataloader_num_workers=%d is not used for an IterableDataset: it is read in the main process",
                        a.dataloader_num_workers)
-    batches = IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.rank, trainer.world_size,
+    batches = IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.layout.data_rank,
+                              trainer.layout.data_world_size,
                               collate_fn or default_collate_fn, a.max_steps * a.gradient_accumulation_steps,
                               a.dataloader_drop_last)
     stateful = callable(getattr(trainer.train_dataset, "state_dict", None)) and \
@@ -185,5 +187,6 @@ def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
 def eval_batches(trainer, dataset, collate_fn: Optional[Callable]) -> IterableEval:
     from paddle.io.dataloader.collate import default_collate_fn
 
-    return IterableEval(dataset, trainer.args.per_device_eval_batch_size, trainer.rank, trainer.world_size,
+    return IterableEval(dataset, trainer.args.per_device_eval_batch_size, trainer.layout.data_rank,
+                        trainer.layout.data_world_size,
                         collate_fn or default_collate_fn)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import random
 import re
 import signal
@@ -188,6 +189,39 @@ def worker_killed(pid: int, signum: int) -> WorkerKilled:
                         "raised nothing (the OOM killer sends SIGKILL: check memory, or lower "
                         f"--dataloader_num_workers); exit {128 + signum}, which --max_restarts restarts "
                         "from the newest checkpoint", signum)
+
+
+def live_children() -> set:
+    """The pids of this process's live multiprocessing children (for :func:`end_cut_start`)."""
+    return {p.pid for p in multiprocessing.active_children()}
+
+
+def end_cut_start(exc: BaseException, before: set) -> None:
+    """Clean up after ``iter(loader)`` was cut by ``exc``: paddle's SIGCHLD handler raises wherever the main thread
+    is, also inside the next iterator's start while it forks its workers (seen under load at an epoch boundary,
+    after a worker of the previous iterator was killed). That iterator never reaches the caller:
+
+    - the half-built paddle iterator, still alive in the traceback's frames, gets the bounded shutdown of
+      :func:`abandon_iterator` (its ``__del__`` would otherwise run at interpreter exit and wait forever for a
+      queue thread that can no longer start);
+    - the children it forked since ``before`` (:func:`live_children`) are SIGKILLed: paddle's workers ignore
+      the SIGTERM of multiprocessing's exit handler, whose join would otherwise hang the process at exit."""
+    from paddle.io.dataloader.dataloader_iter import _DataLoaderIterBase
+
+    tb = exc.__traceback__
+    while tb is not None:
+        cut = tb.tb_frame.f_locals.get("self")
+        if isinstance(cut, _DataLoaderIterBase) and not getattr(cut, "_shutdown", True):
+            try:
+                abandon_iterator(cut)
+            except Exception:  # a start cut half way lacks parts paddle's shutdown expects; it is marked done
+                cut._shutdown = True
+        tb = tb.tb_next
+    started = [p for p in multiprocessing.active_children() if p.pid not in before]
+    for child in started:
+        child.kill()
+    for child in started:
+        child.join(1)
 
 
 def close_iterator(iterator) -> None:

@@ -10,8 +10,9 @@ checks (``payload``, and ``oip`` for v2 bodies), a served model's names,
 metadata and the model repository (``served``), client connections' timeouts
 and limit (``connections``), the decode budget (``limits``), dynamic batching
 (``batching``), the predictor processes (``pool`` on the server's side,
-``worker`` inside them), the runtimes they load (``runtimes``) and the
-Prometheus metrics (``metrics``).
+``worker`` inside them), a model run in the server process (``inline``) and
+when the default runs lone requests there (``placement``), the runtimes they load
+(``runtimes``) and the Prometheus metrics (``metrics``).
 
 May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``,
 ``trainer.tensors``, ``trainer.process``); never the loop, checkpoints, the

@@ -12,6 +12,12 @@ not padded together: what a request gets never depends on its neighbours).
 While every worker is busy requests pile up, so the next batch is full at
 once: batching grows with load by itself.
 
+With a tiny model (``placement``) the batcher also holds the model loaded in the
+server process (``inline``): a request that finds the queue empty, the server
+quiet and no other request read but unanswered (``in_flight``, counted by the
+connections as they are read) runs there at once, with no process hop; under
+load requests queue and batch in the predictor processes as above.
+
 Alone, a request does not wait: the batcher waits for more rows only up to the
 size of the previous model call, and only if that call was recent (ended within
 ``IDLE_AFTER`` + ``max_delay`` s). A request that finds an idle worker and a quiet server (the
@@ -60,8 +66,11 @@ class Pending:
 
 
 class Batcher:
-    def __init__(self, pool, max_batch_size: int, max_delay: float, max_queue: int, metrics=None, name: str = "model"):
+    def __init__(self, pool, max_batch_size: int, max_delay: float, max_queue: int, metrics=None, name: str = "model",
+                 in_flight=None):
         self.pool, self.name = pool, name
+        self.inline = None        # an InlinePool beside the predictor processes: lone requests run in this process
+        self.in_flight = in_flight or (lambda: 1)  # requests the server has read and not answered (all models)
         self.max_batch_size = max_batch_size
         self.max_delay = max_delay
         self.max_queue = max_queue
@@ -82,7 +91,12 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self.run())
 
-    def submit(self, arrays: List[np.ndarray], rows: int) -> "asyncio.Future":
+    def submit(self, arrays: List[np.ndarray], rows: int, inline: bool = True) -> "asyncio.Future":
+        """The request's outputs (a future). ``inline``: the protocol counts every request it has read in
+        ``in_flight`` (HTTP: uvicorn reads every ready connection before any handler runs), so a request that
+        sees none besides itself may run in this process (:attr:`inline`). gRPC passes False: grpc.aio hands
+        the server one call per turn of the event loop, so a call run inline (which holds the loop) never sees
+        the next ones, and every call ran alone (mean batch 1.0 at 32 concurrent clients, 0.5x HTTP's rate)."""
         reason = getattr(self.pool, "unavailable", None)
         if reason:
             raise ModelUnavailable(reason)
@@ -90,6 +104,10 @@ class Batcher:
             raise QueueFull(f"{len(self._queue)} requests are waiting (--max_queue {self.max_queue})")
         pending = Pending(arrays, rows, asyncio.get_running_loop().create_future())
         if not self._queue and self._quiet(pending.enqueued):  # alone: straight to an idle worker, no hop
+            worker = self.inline.try_acquire() if inline and self.inline is not None and self.in_flight() <= 1 else None
+            if worker is not None:  # nobody else waits to be read: run it here, no process hop
+                self._send(worker, [pending])
+                return pending.future
             worker = self.pool.try_acquire() if hasattr(self.pool, "try_acquire") else None
             if worker is not None:
                 self._send(worker, [pending])
@@ -161,16 +179,18 @@ class Batcher:
         return self._last_rows <= 1 or now - self._last_at >= IDLE_AFTER + self.max_delay
 
     def _send(self, worker, batch: List[Pending]) -> None:
-        """Send ``batch`` to ``worker`` now; its requests' futures are answered when the outputs come back."""
+        """Send ``batch`` to ``worker`` now (``self.inline``: run it here); its requests' futures are answered
+        when the outputs come back."""
         arrays = [np.concatenate([p.arrays[i] for p in batch]) if len(batch) > 1 else batch[0].arrays[i]
                   for i in range(len(batch[0].arrays))]
         rows = sum(p.rows for p in batch)
         self._last_rows, self._last_at = rows, time.monotonic()
         if self.metrics is not None:
             self.metrics.batch_size.observe(rows)
-        future = self.pool.run(worker, arrays)
-        self._inflight.add(future)
-        future.add_done_callback(lambda done: self._deliver(done, batch, rows))
+        pool = self.inline if worker is self.inline and worker is not None else self.pool
+        future = pool.run(worker, arrays, lambda done: self._deliver(done, batch, rows))
+        if not future.done():
+            self._inflight.add(future)
 
     def _deliver(self, done: "asyncio.Future", batch: List[Pending], rows: int) -> None:
         self._inflight.discard(done)

@@ -55,6 +55,7 @@ import paddle
 from paddle.static import InputSpec
 
 from .. import distributed as dist
+from ..checkpoint.stages import whole_model
 from ..errors import ConfigError, DataError, TrainingError
 from ..tensors import to_numpy
 from .predictor import PARAMS_FILE, PREFIX, create_predictor, model_files, run_predictor
@@ -334,15 +335,31 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
 
     A run whose parameters live in slices (sharding stage 3: each rank holds a range of them, and paddle's
     hooks gather them in every forward, a collective) is refused in one line: export its final checkpoint
-    on one process (``trainer.checkpoint.load.load_weights``), which puts the shards together."""
+    on one process (``trainer.checkpoint.load.load_weights``), which puts the shards together.
+
+    A tensor-parallel run exports one single-card model: every rank must call this (the slices of the split
+    parameters are gathered over the tensor-parallel group, ``trainer.parallel.merge``), then rank 0 loads the
+    whole weights into the model's ``single_card_model()`` and exports that."""
     path = path or os.path.join(trainer.args.output_dir, "inference")
     if getattr(getattr(trainer, "layout", None), "shards_parameters", False):
         raise ConfigError("export: this run holds its parameters in slices (sharding stage3): export its final "
                           "checkpoint on one process instead: trainer.checkpoint.load.load_weights(model, "
                           "'OUTPUT_DIR/checkpoints/step-N'), then Trainer(model, args).export() (no sharding)")
+    layout = getattr(trainer, "layout", None)
+    model = trainer.model
+    if getattr(layout, "mp_degree", 1) > 1:
+        from ..parallel.merge import merged_state_dict, single_card_model
+
+        whole = merged_state_dict(model, layout)  # a collective over the tensor-parallel group: every rank
+        if not dist.is_main_process():
+            return None
+        model = single_card_model(model)
+        model.set_state_dict({k: paddle.to_tensor(v) for k, v in whole.items()})
+        model.eval()
+    else:  # pipeline parallel: every stage's weights put together in the single-card model on rank 0 (a collective)
+        model = whole_model(model, getattr(layout, "pp_degree", 1))
     if not dist.is_main_process():
         return None
-    model = trainer.model
     if input_spec is not None:
         input_spec = list(input_spec)
         batch = sample_batch if sample_batch is not None else _sample_batch_or_none(trainer)

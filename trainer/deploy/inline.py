@@ -54,7 +54,7 @@ class InlinePool:
             raise ServeStartError(f"the model did not load within {timeout:g} s: raise --start_timeout or check the "
                                   "model directory")
         self.fingerprint = info["fingerprint"]
-        self.spec = {k: info.get(k) for k in ("inputs", "outputs", "output_specs")}
+        self.spec = {k: info.get(k) for k in ("inputs", "outputs", "output_specs", "call_ms")}
         self._idle.put_nowait(self)
 
     @property
@@ -77,13 +77,16 @@ class InlinePool:
     def release(self, worker) -> None:
         self._idle.put_nowait(self)
 
-    def run(self, worker, arrays) -> "asyncio.Future":
+    def run(self, worker, arrays, done=None) -> "asyncio.Future":
+        """The outputs for ``arrays``, computed now (a done future); ``done(future)`` is called before returning."""
         future = asyncio.get_running_loop().create_future()
         try:
             future.set_result(self._runtime.run(arrays))
         except Exception as exc:  # noqa: BLE001 - the batch's requests get the line (500); the server goes on
             future.set_exception(RuntimeError(first_line(exc)))
         self._idle.put_nowait(self)
+        if done is not None:
+            done(future)
         return future
 
     async def close(self, timeout: float = 5.0) -> None:

@@ -30,6 +30,7 @@ class ServeMetrics:
 
     def __init__(self, max_batch_size: int):
         self.registry = CollectorRegistry()
+        self._children = {}
         buckets, b = [], 1
         while b < max_batch_size:
             buckets.append(b)
@@ -50,6 +51,14 @@ class ServeMetrics:
         self.connections = Gauge("ptrain_serve_connections", "Open client connections", registry=self.registry)
         self.connections_closed = Counter("ptrain_serve_connections_closed", "Connections closed by the server",
                                           ["reason"], registry=self.registry)
+
+    def count(self, model: str, protocol: str, status: int) -> None:
+        """One answered request (``requests``' child looked up once per label set, not per request)."""
+        key = (model, protocol, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(model, protocol, str(status))
+        child.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

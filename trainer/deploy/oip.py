@@ -18,22 +18,23 @@ field (``inputs[0] (input): ...``), answered 400 ``{"error": "..."}``.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .payload import BadRequest, check_finite, parse_json, to_array
+from .payload import BadRequest, check_finite, json_bytes, parse_json, to_array
 
 DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
              "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
              "FP32": "float32", "FP64": "float64"}
-TO_DATATYPE = {v: k for k, v in DATATYPES.items()}
 
 
-def datatype(dtype: str) -> str:
-    """The protocol's name of a numpy/paddle dtype name (``float32`` -> ``FP32``)."""
-    return TO_DATATYPE.get(str(np.dtype(dtype)), "BYTES")
+_BY_DTYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
+
+
+def datatype(dtype) -> str:
+    """The protocol's name of a numpy dtype or dtype name (``float32`` -> ``FP32``)."""
+    return _BY_DTYPE.get(np.dtype(dtype), "BYTES")
 
 
 def tensor_metadata(name: str, dtype: str, shape: Optional[Sequence[int]]) -> dict:
@@ -89,8 +90,8 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
     for spec in inputs:
         field = f"inputs ({spec['name']})"
         array = by_name[spec["name"]]
-        if str(array.dtype) != str(np.dtype(spec["dtype"])):
-            raise BadRequest(f"{field}: datatype {datatype(str(array.dtype))}, the model takes "
+        if array.dtype != np.dtype(spec["dtype"]):
+            raise BadRequest(f"{field}: datatype {datatype(array.dtype)}, the model takes "
                              f"{datatype(spec['dtype'])}")
         arrays.append(to_array(array, spec, field, max_rows))
         if not allow_nonfinite:
@@ -172,21 +173,22 @@ def _outputs(obj: dict, names: List[str]) -> List[Tuple[str, bool]]:
 
 def infer_response(model: str, version: str, request: InferRequest, outputs: Dict[str, np.ndarray]) -> Tuple[bytes, dict]:
     """``(body, headers)`` of the answer: JSON, then the binary outputs' bytes when any were asked."""
-    listed, blobs = [], []
+    listed, blobs, flat = [], [], []
     for name, binary in request.outputs:
         array = outputs[name]
-        entry = {"name": name, "datatype": datatype(str(array.dtype)), "shape": list(array.shape)}
+        entry = {"name": name, "datatype": datatype(array.dtype), "shape": list(array.shape)}
         if binary:
             blob = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
-            entry["data"] = array.reshape(-1).tolist()
+            entry["data"] = np.ascontiguousarray(array).reshape(-1)
+            flat.append(entry["data"])
         listed.append(entry)
     head = {"model_name": model, "model_version": version, "outputs": listed}
     if request.id is not None:
         head["id"] = request.id
-    text = json.dumps(head, allow_nan=True, separators=(",", ":")).encode()
+    text = json_bytes(head, flat)
     if not blobs:
         return text, {"content-type": "application/json"}
     return text + b"".join(blobs), {"content-type": "application/octet-stream",

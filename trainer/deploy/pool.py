@@ -182,10 +182,12 @@ class WorkerPool:
             worker.state = "idle"
             self._idle.put_nowait(worker)
 
-    def run(self, worker: _Worker, arrays) -> asyncio.Future:
+    def run(self, worker: _Worker, arrays, done=None) -> asyncio.Future:
+        """A future of ``worker``'s outputs for ``arrays``; ``done(future)``, if given, is called the moment it is
+        answered (in the pipe's reader: a done-callback would run one event-loop turn later)."""
         future = self._loop.create_future()
         batch_id = next(self._ids)
-        worker.batch = (batch_id, future)
+        worker.batch = (batch_id, future, done)
         try:
             worker.conn.send((batch_id, arrays))
         except (OSError, ValueError, BrokenPipeError):
@@ -215,7 +217,7 @@ class WorkerPool:
                 logger.warning("model %s can be served again", self.options.get("name", ""))
             self.unavailable = None
             if self.spec is None:
-                self.spec = {k: message[1].get(k) for k in ("inputs", "outputs", "output_specs")}
+                self.spec = {k: message[1].get(k) for k in ("inputs", "outputs", "output_specs", "call_ms")}
             if self.restarts:  # the first start is announced by the server's ready line
                 logger.warning("predictor process %d (pid %d) is ready", worker.index, worker.pid)
             self._idle.put_nowait(worker)
@@ -231,15 +233,17 @@ class WorkerPool:
         batch_id, status, payload = message
         if worker.batch is None or worker.batch[0] != batch_id:
             return
-        _, future = worker.batch
+        _, future, done = worker.batch
         worker.batch = None
         worker.state = "idle"
+        self._idle.put_nowait(worker)
         if not future.done():
             if status == "ok":
                 future.set_result(payload)
             else:
                 future.set_exception(WorkerFailed(payload))
-        self._idle.put_nowait(worker)
+            if done is not None:
+                done(future)
 
     def _start_overdue(self, worker: _Worker) -> None:
         if worker.state == "starting" and not self.closing:
@@ -275,11 +279,13 @@ class WorkerPool:
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with code {code}" if code is not None else "stopped answering")
         if worker.batch is not None:
-            _, future = worker.batch
+            _, future, done = worker.batch
             worker.batch = None
             if not future.done():
                 future.set_exception(WorkerDied(f"the predictor process (pid {worker.pid}) was {how} while running "
                                                 "this batch; it is being restarted, send the request again"))
+                if done is not None:
+                    done(future)
         if self.closing:
             return
         if was == "starting" and not self._first.done():

@@ -32,9 +32,19 @@ class PaddleRuntime:
         self.inputs = [known.get(n) or {"name": n, "shape": None, "dtype": _paddle_dtype(self.predictor, n)}
                        for n in feed]
         self.outputs = list(self.predictor.get_output_names())
+        # the handles are the predictor's own and live with it: looked up once, not per call (as paddle's examples do)
+        self._feed = [self.predictor.get_input_handle(s["name"]) for s in self.inputs]
+        self._fetch = [self.predictor.get_output_handle(n) for n in self.outputs]
 
     def run(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
-        return run_predictor(self.predictor, list(arrays), [s["name"] for s in self.inputs])
+        if len(arrays) != len(self._feed):
+            return run_predictor(self.predictor, list(arrays), [s["name"] for s in self.inputs])  # its one line
+        for handle, value in zip(self._feed, arrays):
+            value = np.ascontiguousarray(value)
+            handle.reshape(list(value.shape))
+            handle.copy_from_cpu(value)
+        self.predictor.run()
+        return [handle.copy_to_cpu() for handle in self._fetch]
 
 
 def _paddle_dtype(predictor, name: str) -> str:

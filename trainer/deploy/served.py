@@ -130,6 +130,7 @@ class ServedModel:
                  output_names_given: Optional[Sequence[str]] = None, task_output_names: Optional[Sequence[str]] = None):
         self.name, self.version, self.model_dir = name, version, model_dir
         self.pool, self.batcher, self.platform = pool, batcher, platform
+        self.inline = None  # the model loaded in the server process too, for lone requests (placement)
         self.preprocessing = preprocessing
         self._given, self._task_names = output_names_given, task_output_names
         self.outputs: List[str] = []     # set by bind() once a predictor has loaded the model

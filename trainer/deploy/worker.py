@@ -11,8 +11,9 @@ the process that parses HTTP requests; each worker is its own process
 2. fingerprints the model files (``predictor.fingerprint``) and, for a replacement, refuses files that differ
    from the ones the server serves (``options["fingerprint"]``); loads the runtime, runs a warm-up batch of 1
    and of ``max_batch_size`` rows,
-   sends ``("ready", {"inputs", "outputs", "output_specs", "fingerprint", "pid"})`` (``output_specs``: the dtype and shape of
-   each output of the warm-up run);
+   sends ``("ready", {"inputs", "outputs", "output_specs", "fingerprint", "call_ms", "pid"})`` (``output_specs``: the
+   dtype and shape of each output of the warm-up run; ``call_ms``: the CPU ms of a warm call on ``max_batch_size``
+   rows, None for inputs of unknown shape);
 3. answers each ``(batch_id, [arrays])`` with ``(batch_id, "ok", [arrays])`` or
    ``(batch_id, "error", "<one line>")``; an end of the pipe (or ``None``) ends it.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import Any, Dict
 
 
@@ -39,7 +41,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def load_checked(options: Dict[str, Any]):
-    """``(runtime, {"inputs", "outputs", "output_specs", "fingerprint"})``: the model of ``options`` loaded
+    """``(runtime, {"inputs", "outputs", "output_specs", "fingerprint", "call_ms"})``: the model of ``options`` loaded
     and warmed up, its files fingerprinted (ModelChanged if they are not ``options["fingerprint"]``, or
     changed during the load). Used by the worker process, and by the server itself for ``--workers 0``."""
     from .predictor import files_state, fingerprint
@@ -59,9 +61,22 @@ def load_checked(options: Dict[str, Any]):
         if all(s.get("shape") for s in runtime.inputs):
             seen = [{"dtype": str(o.dtype), "shape": [-1] + list(o.shape[1:])}
                     for o in runtime.run(synthetic_batch(runtime.inputs, rows))]
+    call_ms = _call_ms(runtime, synthetic_batch(runtime.inputs, int(options.get("max_batch_size", 1)))) if seen else None
     if files_state(options["model_dir"], options.get("prefix")) != before:
         raise ModelChanged(f"the model files in {options['model_dir']} changed while loading: start again")
-    return runtime, {"inputs": runtime.inputs, "outputs": runtime.outputs, "output_specs": seen, "fingerprint": mine}
+    return runtime, {"inputs": runtime.inputs, "outputs": runtime.outputs, "output_specs": seen, "fingerprint": mine,
+                     "call_ms": call_ms}
+
+
+def _call_ms(runtime, batch, repeats: int = 5) -> float:
+    """The model's warm call on ``batch``: the median CPU ms of this process (CPU time, not the clock: a busy
+    machine's waits for a core are not the model's cost)."""
+    times = []
+    for _ in range(repeats):
+        started = time.process_time()
+        runtime.run(batch)
+        times.append((time.process_time() - started) * 1000)
+    return sorted(times)[len(times) // 2]
 
 
 def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:

@@ -31,7 +31,7 @@ from ..checkpoint import RESUME_ENV
 from ..errors import ConfigError
 from ..process import FAILURE_DIR_ENV, REQUEUE_EXIT, read_failures
 from .flags import ETCD, is_etcd
-from .supervise import run_launcher
+from .supervise import STOPPED_AFTER_FAILURE, run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
 # loss-spike retries exhausted), the output_dir's lease lost to another run (7), out of memory at a micro-batch of 1 (8), preempted (SIGINT, SIGTERM or SIGHUP; SIGUSR1's 138: saved, requeue the job; a
@@ -126,6 +126,8 @@ def _failure_of(code: int, records: list, log_dir: str = "log"):
     if chosen is None:
         return code, None
     cause = f"rank {chosen.get('rank')}: {chosen.get('error')}"
+    if not final and code == STOPPED_AFTER_FAILURE:  # the launcher stopped the others: the failed rank's code
+        return int(chosen["code"]), cause
     return (int(chosen["code"]) if final else code), cause
 
 

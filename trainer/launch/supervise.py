@@ -28,7 +28,9 @@ Exit code: after ``ptrain`` received SIGTERM or SIGHUP / SIGINT / SIGUSR1, 143 /
 restarts a job that was told to stop). Otherwise the launcher's: a death by
 signal N is reported as 128 + N (paddle's launcher passes a rank's death by
 signal N on as 256 - N, e.g. 247 for SIGKILL: reported as 137 too), and
-paddle's own 15 (the launcher itself was sent SIGTERM) as 143.
+paddle's own 15 (the launcher itself was sent SIGTERM) as 143. A rank that died of SIGTERM without
+``ptrain`` being signalled was stopped by the launcher after another rank failed (paddle reports the first
+rank's code only): 1, restartable, or the code the failed rank recorded (``trainer.launch.restarts``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from ..process import STOP_SIGNALS, set_parent_death_signal, startup_handlers_ac
 logger = logging.getLogger("trainer.supervise")
 
 FORWARDED = STOP_SIGNALS  # SIGHUP is forwarded as SIGTERM
+#: the job's code when paddle's launcher stopped the ranks because one of them failed (restartable; the failed rank's
+#: recorded error names it, trainer.launch.restarts)
+STOPPED_AFTER_FAILURE = 1
 ESCALATE_AFTER_LAUNCHER_SIGTERM = 40.0  # the launcher's own pod.stop waits 30 s before SIGKILL
 
 
@@ -173,6 +178,11 @@ class _Supervisor:
             return 128 + self.signum
         if code < 0:  # the launcher died of a signal
             code = 128 - code
+        elif code == 256 - signal.SIGTERM:
+            # the first rank in rank order died of SIGTERM, which only paddle's launcher sends it (our ranks turn a
+            # SIGTERM from anywhere else into a save and exit 143): another rank failed first (a crashed pipeline
+            # stage, a dead data-parallel rank) and the launcher stopped the rest: a failure a restart may fix
+            code = STOPPED_AFTER_FAILURE
         elif 256 - 64 <= code < 256:  # paddle's launcher: sys.exit(a rank's returncode -N) is 256 - N
             code = 128 + (256 - code)
         if code == signal.SIGTERM:  # paddle's launcher, signalled itself, exits with the signal number

@@ -3,12 +3,14 @@
 Owns: the :class:`Layout` (degrees, sharding stage, offload, recompute, and the groups that
 answer "which group reduces this?"), and :func:`parallelize`, which ``Trainer.fit`` calls once
 after ``on_fit_begin`` to apply the layout in a fixed order: recompute, then sharding or data
-parallel (fleet's hybrid topology for sharding stage 1, paddle's ``group_sharded_parallel`` for
-stages 2 and 3, ``paddle.DataParallel`` otherwise). Tensor and pipeline parallel (issue 29)
-will be applied here too, first.
+parallel (fleet's hybrid topology for tensor and pipeline parallel and sharding stage 1, paddle's
+``group_sharded_parallel`` for stages 2 and 3, ``paddle.DataParallel`` otherwise). The hybrid topology
+(``apply.init_topology``) is set up before a tensor- or pipeline-parallel model is built: by
+``TrainingArguments`` when a degree is above 1, as PaddleNLP does.
 
-May import: paddle, ``trainer.errors``, ``trainer.ranks``, ``trainer.distributed``. Never the
-trainer loop, callbacks or models.
+May import: paddle, ``trainer.errors``, ``trainer.ranks``, ``trainer.distributed``, ``trainer.tensors``,
+``trainer.checkpoint.slices`` (``merge``: which parameters fleet split). Never the trainer loop, callbacks or
+models.
 
 Used by: ``trainer.trainer`` (``trainer.layout``, ``parallelize``), ``trainer.args`` (the
 fields are checked together by :meth:`Layout.plan`), callbacks, metrics and checkpoints, which

@@ -5,13 +5,16 @@ parameters then: gradient buckets and shards are built for the dtypes the parame
 
 1. recompute (``trainer.parallel.recompute``), on the bare model;
 2. master gradients (``amp_master_grad``: paddle's ``mix_precision_utils``, float32 ``main_grad``);
-3. sharding or data parallel: stage 1 through fleet's hybrid topology (``fleet.distributed_model`` /
-   ``fleet.distributed_optimizer``: DygraphShardingOptimizer), stages 2 and 3 through
+3. tensor parallel, pipeline parallel, sharding or data parallel: tensor and pipeline parallel (alone or with
+   data parallel and stage 1) and stage 1 through fleet's hybrid topology (:func:`init_topology`;
+   ``fleet.distributed_model``: TensorParallel / PipelineParallel / ShardingParallel,
+   ``fleet.distributed_optimizer``: HybridParallelOptimizer, DygraphShardingOptimizer inside), stages 2 and 3 through
    ``paddle.distributed.sharding.group_sharded_parallel`` (``os_g`` / ``p_g_os``, ``offload``) over
    fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``.
 
-Gradient clipping under sharding runs inside paddle's optimizer step (``ClipGradByGlobalNorm``, which
-paddle turns into a clip whose norm is reduced over the sharding group): :func:`optimizer_grad_clip`
+Gradient clipping under sharding, tensor and pipeline parallel runs inside paddle's optimizer step
+(``ClipGradByGlobalNorm``, which paddle turns into a clip whose norm is reduced over the sharding group, and
+under fleet's HybridParallelOptimizer over the model- and pipeline-parallel groups too): :func:`optimizer_grad_clip`
 gives the optimizer the trainer builds its clip, :func:`clip_before_step` is the loop's clip.
 Everything here is paddle's own engine; nothing is a home-made collective.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import paddle
 from paddle.distributed import fleet
@@ -29,6 +32,7 @@ from .. import distributed as dist
 from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
 from .layout import Layout
+from .pipeline import PipelineInference, PipelineSteps, require_pipeline_device, require_pipeline_model
 from .recompute import apply_recompute
 
 logger = logging.getLogger("trainer")
@@ -44,6 +48,9 @@ class Parallelized:
     optimizer: Any
     scaler: Any = None
     inference_model: Optional[paddle.nn.Layer] = None  # what evaluation runs when not the bare model (stage 3's wrapper)
+    # what runs one optimizer step's forwards and backwards, ``runner(trainer, next_batch) -> step loss`` (pipeline
+    # parallel: paddle's schedule, trainer.parallel.pipeline); None: the loop's own accumulation
+    step_runner: Optional[Callable] = None
 
 
 def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
@@ -84,16 +91,23 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         return Parallelized(paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters),
                             optimizer, scaler)
     if optimizer is None:
-        raise ConfigError("sharding needs the optimizer before the model is wrapped: pass Trainer(optimizer=...) "
-                          "or let the trainer build it")
+        raise ConfigError("sharding, tensor and pipeline parallel need the optimizer before the model is wrapped: "
+                          "pass Trainer(optimizer=...) or let the trainer build it")
     _require_clip(layout, optimizer, args.max_grad_norm)
     configs = set(layout.sharding_options)
-    _init_hybrid(layout, configs, args.gradient_accumulation_steps)
+    init_topology(layout, args)
     logger.info("parallel layout: %s", layout.summary())
-    if layout.sharding_stage == 1:
+    if layout.sharding_stage <= 1:
+        if layout.pp_degree > 1:
+            require_pipeline_model(model, layout.pp_degree)
+        # fleet's wrappers: TensorParallel / PipelineParallel / ShardingParallel / DataParallel by the topology, and
+        # HybridParallelOptimizer (DygraphShardingOptimizer inside for stage 1), which clips by the norm over every group
         model = fleet.distributed_model(model)
         optimizer = fleet.distributed_optimizer(optimizer)
         scaler = fleet.distributed_scaler(scaler) if isinstance(scaler, paddle.amp.GradScaler) else scaler
+        if layout.pp_degree > 1:  # paddle's schedule runs the step; evaluation goes through the stages
+            return Parallelized(model, optimizer, scaler, inference_model=PipelineInference(model, layout.hcg),
+                                step_runner=PipelineSteps(model))
         return Parallelized(model, optimizer, scaler)
     from paddle.distributed.sharding import group_sharded_parallel
 
@@ -109,20 +123,58 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
 
 def agreeing_scaler(layout: Layout, scaler):
     """``scaler`` made to agree across ranks on skipping a step when the layout reduces gradients only inside the
-    optimizer step (sharding): a loss scaler with ``agree_across_ranks`` (callbacks.loss_scaler) sums its
-    non-finite flag over the ranks. Paddle's own GradScaler is wrapped by :func:`parallelize` instead."""
-    if layout.sharded and hasattr(scaler, "agree_across_ranks"):
+    optimizer step (sharding) or its ranks hold different gradients (tensor and pipeline parallel): a loss scaler
+    with ``agree_across_ranks`` (callbacks.loss_scaler) sums its non-finite flag over the ranks. Paddle's own
+    GradScaler is wrapped by :func:`parallelize` instead."""
+    if (layout.sharded or layout.splits_parameters) and hasattr(scaler, "agree_across_ranks"):
         scaler.agree_across_ranks = True
     return scaler
 
 
-def _init_hybrid(layout: Layout, configs: set, accumulation: int) -> None:
-    """``fleet.init`` over the hybrid topology dp x sharding (x mp x pp); fills the layout's groups."""
+_hybrid_key: Optional[tuple] = None  # what fleet.init was last called with in this process (init_topology)
+
+
+def hybrid_strategy(layout: Layout, accumulation: int = 1, seed: Optional[int] = None,
+                    micro_batch_size: int = 1) -> "fleet.DistributedStrategy":
+    """fleet's ``DistributedStrategy`` for ``layout``: the hybrid degrees and axis order, the sharding, tensor-parallel
+    (``mp_configs``) and pipeline (``pp_configs``, ``pipeline_configs``) options, and the seed of the model-parallel
+    RNG tracker (``tensor_init_seed``), as PaddleNLP's TrainingArguments builds them."""
     strategy = fleet.DistributedStrategy()
     hybrid = {"dp_degree": layout.dp_degree, "mp_degree": layout.mp_degree, "pp_degree": layout.pp_degree,
-              "sharding_degree": layout.sharding_degree}
+              "sharding_degree": layout.sharding_degree,
+              # paddle 3.3's axes: segment (sep) and context (cp) parallel, degree 1 here, sit just outside mp
+              "order": [axis for axis in layout.order if axis != "mp"] + ["sep", "cp", "mp"]}
+    tensor, pipe = set(layout.tensor_options), set(layout.pipeline_options)
+    if layout.mp_degree > 1:
+        # every rank of a tensor-parallel group reads the same batch (layout.data_rank): fleet's per-step broadcast
+        # of the inputs from the group's first rank would be a copy of what each rank has (and asserts a GPU)
+        mp = {"need_broadcast_data": False}
+        if "enable_mp_async_allreduce" in tensor:
+            mp["mp_async_allreduce"] = True
+            mp["mp_skip_c_identity"] = "enable_mp_skip_c_identity" in tensor
+            mp["mp_fused_linear_param_grad_add"] = "enable_mp_fused_linear_param_grad_add" in tensor
+        hybrid["mp_configs"] = mp
+    if layout.pp_degree > 1:
+        hybrid["pp_configs"] = {"delay_scale_loss": "enable_delay_scale_loss" in pipe,
+                                "dp_comm_overlap": "enable_dp_comm_overlap" in pipe and layout.dp_degree > 1,
+                                "sharding_comm_overlap": "enable_sharding_comm_overlap" in pipe and layout.sharding_degree > 1,
+                                "enable_timer": "enable_timer" in pipe,
+                                "release_gradients": "enable_release_grads" in pipe,
+                                "overlap_p2p_comm": "enable_overlap_p2p_comm" in pipe,
+                                "clear_every_step_cache": "enable_clear_every_step_cache" in pipe,
+                                "use_batch_p2p_comm": "disable_batch_p2p_comm" not in pipe}
+        strategy.pipeline_configs = {"accumulate_steps": accumulation, "micro_batch_size": micro_batch_size,
+                                     "enable_partial_send_recv": "disable_partial_send_recv" not in pipe,
+                                     # off whatever disable_p2p_cache_shape says: batches differ in shape (padding
+                                     # per batch, evaluation's batch size, an epoch's last batch), so the stages send
+                                     # every micro-batch's shapes (paddle's cache would receive into the first ones)
+                                     "p2p_cache_shape": False}
     strategy.hybrid_configs = hybrid
-    sharding = strategy.hybrid_configs["sharding_configs"]
+    if layout.mp_degree > 1 and seed is not None:
+        # fleet seeds the global generator with it and the model-parallel tracker with it + 1 + the rank's place;
+        # paddle reads 0 as "draw one" (in each process: the ranks of a group would disagree), so 0 goes in as 2**31-1
+        strategy.tensor_parallel_configs = {"tensor_init_seed": int(seed) or 2 ** 31 - 1}
+    sharding, configs = strategy.hybrid_configs["sharding_configs"], set(layout.sharding_options)
     if "split_param" in configs:
         sharding.split_param = True
     if "enable_stage1_tensor_fusion" in configs:
@@ -132,13 +184,51 @@ def _init_hybrid(layout: Layout, configs: set, accumulation: int) -> None:
         sharding.accumulate_steps = accumulation
     if "disable_stage1_reduce_avg" in configs:
         sharding.use_reduce_avg = False
-    with dist.stderr_to_debug("trainer.distributed"):
-        fleet.init(is_collective=True, strategy=strategy)
+    return strategy
+
+
+def _in_gloo_rendezvous(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of paddle's gloo group rendezvous (``ProcessGroupGloo.create`` in
+    ``_new_process_group_impl``): a CPU build of paddle 3.3 meets every group's ranks under the same store keys."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f.name == "_new_process_group_impl" for f in frames) and "ProcessGroupGloo" in "".join(
+        f.line or "" for f in frames)
+
+
+def init_topology(layout: Layout, args) -> None:
+    """``fleet.init`` over the hybrid topology dp x sharding x mp x pp, once per process and layout; fills the
+    layout's groups. Tensor- and pipeline-parallel models are built after it (fleet's parallel layers and
+    ``PipelineLayer`` read its groups when they are constructed): :class:`trainer.TrainingArguments` calls it
+    when ``tensor_parallel_degree`` or ``pipeline_parallel_degree`` is above 1, as PaddleNLP's does; the
+    trainer calls it again when it applies the layout (then it only fills the groups). Every rank calls it."""
+    global _hybrid_key
+    key = (tuple(sorted(layout.describe().items())), layout.order, layout.sharding_options, layout.tensor_options,
+           layout.pipeline_options, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
+    if layout.pp_degree > 1:
+        require_pipeline_device(layout.pp_degree)
+    if key != _hybrid_key:
+        strategy = hybrid_strategy(layout, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
+        with dist.stderr_to_debug("trainer.distributed"):
+            try:
+                fleet.init(is_collective=True, strategy=strategy)
+            except (RuntimeError, ValueError) as e:  # refused, reset, or a TIMEOUT of gloo's pair
+                if _in_gloo_rendezvous(e):
+                    raise RuntimeError(
+                        "fleet.init: paddle's gloo rendezvous for the hybrid groups failed (a CPU build of paddle 3.3 "
+                        "meets each group's ranks under store keys every group reuses, which a busy machine can race; "
+                        "docs/how-to/large-models.md#on-a-cpu-build): nothing was trained or written; start the "
+                        f"run again ({str(e).strip().splitlines()[-1]})") from e
+                raise
+        _hybrid_key = key
     dist.init_distributed()  # paddle's parallel env is up: the project's collectives use it as it is
     hcg = fleet.get_hybrid_communicate_group()
     layout.hcg = hcg
     layout.sharding_group = hcg.get_sharding_parallel_group()
     layout.dp_group = hcg.get_data_parallel_group()
+    layout.mp_group = hcg.get_model_parallel_group()
+    layout.pp_group = hcg.get_pipe_parallel_group()
 
 
 def _require_clip(layout: Layout, optimizer, max_norm: Optional[float]) -> None:
@@ -147,6 +237,7 @@ def _require_clip(layout: Layout, optimizer, max_norm: Optional[float]) -> None:
         return
     clip = getattr(optimizer, "_grad_clip", None)  # paddle keeps the constructor's grad_clip there (no public getter)
     if not isinstance(clip, paddle.nn.ClipGradByGlobalNorm):
-        raise ConfigError(f"max_grad_norm={max_norm} with sharding needs the optimizer to clip by the global norm: "
+        raise ConfigError(f"max_grad_norm={max_norm} with sharding, tensor or pipeline parallel (or amp_master_grad) "
+                          "needs the optimizer to clip by the global norm: "
                           "build it with grad_clip=paddle.nn.ClipGradByGlobalNorm(max_grad_norm), or let the "
                           f"trainer build it, or set {option('max_grad_norm', None)}")

@@ -6,10 +6,12 @@ and gets its communication groups when :func:`trainer.parallel.parallelize` appl
 The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as
 ``trainer.layout`` and never branch on the parallel mode themselves.
 
-Ranks follow fleet's hybrid topology order (``dp``, ``pp``, ``sharding``, ``sep``, ``mp``,
-outermost first), so with tensor and pipeline parallel off a rank is
-``dp_rank * sharding_degree + sharding_rank``: the ranks of one sharding group are
-consecutive.
+Ranks follow fleet's hybrid topology order, outermost first: ``dp, pp, sharding, mp``
+(``hybrid_parallel_topo_order="pp_first"``, the default, as in PaddleNLP) or ``dp, sharding, pp, mp``
+(``"sharding_first"``); ``mp`` is innermost, so the ranks of one tensor-parallel group are consecutive,
+and with tensor and pipeline parallel off a rank is ``dp_rank * sharding_degree + sharding_rank``.
+Ranks of one tensor- or pipeline-parallel group read the same batch: :attr:`Layout.data_rank` and
+:attr:`Layout.data_world_size` say which slice of it a rank reads (dp x sharding slices).
 
 Example::
 
@@ -33,6 +35,15 @@ SHARDING_CONFIGS = ("enable_stage1_tensor_fusion", "enable_stage1_overlap", "ena
                     "disable_stage1_reduce_avg")
 #: PaddleNLP's sharding words that are not stages
 SHARDING_FLAGS = ("offload",)
+#: PaddleNLP's ``tensor_parallel_config`` words (trainer.parallel.apply: fleet's ``mp_configs``)
+TENSOR_CONFIGS = ("enable_mp_async_allreduce", "enable_mp_skip_c_identity", "enable_mp_fused_linear_param_grad_add",
+                  "enable_delay_scale_loss")
+#: PaddleNLP's ``pipeline_parallel_config`` words (trainer.parallel.apply: fleet's ``pp_configs``)
+PIPELINE_CONFIGS = ("disable_p2p_cache_shape", "disable_partial_send_recv", "enable_delay_scale_loss",
+                    "enable_dp_comm_overlap", "enable_sharding_comm_overlap", "enable_timer", "enable_release_grads",
+                    "enable_clear_every_step_cache", "enable_overlap_p2p_comm", "disable_batch_p2p_comm")
+#: ``hybrid_parallel_topo_order`` -> fleet's order of the hybrid axes, outermost first
+TOPO_ORDERS = {"pp_first": ("dp", "pp", "sharding", "mp"), "sharding_first": ("dp", "sharding", "pp", "mp")}
 
 
 def parse_sharding(value) -> tuple:
@@ -75,6 +86,32 @@ def sharding_configs(text: str, stage: int) -> tuple:
     return tuple(sorted(words))
 
 
+def config_words(name: str, text, known: tuple) -> tuple:
+    """A space- (or comma-) separated PaddleNLP ``*_parallel_config`` -> its sorted words; unknown words are refused
+    with one line naming the field.
+
+    >>> config_words("tensor_parallel_config", "enable_mp_async_allreduce", TENSOR_CONFIGS)
+    ('enable_mp_async_allreduce',)
+    """
+    words = {w for w in str(text or "").replace(",", " ").split() if w}
+    unknown = sorted(words - set(known))
+    if unknown:
+        raise ConfigError(f"{name}={text!r}: {', '.join(unknown)} is not known: use any of {', '.join(known)}")
+    return tuple(sorted(words))
+
+
+def topo_order(value) -> tuple:
+    """``hybrid_parallel_topo_order`` (None: PaddleNLP's default ``pp_first``) -> fleet's axis order.
+
+    >>> topo_order(None), topo_order("sharding_first")
+    (('dp', 'pp', 'sharding', 'mp'), ('dp', 'sharding', 'pp', 'mp'))
+    """
+    key = str(value or "pp_first")
+    if key not in TOPO_ORDERS:
+        raise ConfigError(f"hybrid_parallel_topo_order={value!r} is not known: use pp_first or sharding_first")
+    return TOPO_ORDERS[key]
+
+
 def _degree(name: str, value) -> Optional[int]:
     """A ``*_degree`` field: -1 (PaddleNLP's default, "decide for me") -> None; 0 or < -1 is refused."""
     value = int(value)
@@ -103,29 +140,49 @@ class Layout:
     sharding_degree: int = 1
     sharding_stage: int = 0
     offload: bool = False
-    mp_degree: int = 1          # tensor parallel (issue 29)
-    pp_degree: int = 1          # pipeline parallel (issue 29)
+    mp_degree: int = 1          # tensor parallel (fleet: TensorParallel)
+    pp_degree: int = 1          # pipeline parallel (fleet: PipelineParallel)
     recompute: bool = False
     master_grad: bool = False   # amp_master_grad: float32 gradients (param.main_grad) beside low-precision weights
     sharding_options: tuple = ()  # sharding_parallel_config's words (SHARDING_CONFIGS)
+    tensor_options: tuple = ()    # tensor_parallel_config's words (TENSOR_CONFIGS)
+    pipeline_options: tuple = ()  # pipeline_parallel_config's words (PIPELINE_CONFIGS)
+    order: tuple = TOPO_ORDERS["pp_first"]  # fleet's hybrid axis order, outermost first (hybrid_parallel_topo_order)
     # set when applied (paddle Group objects; fleet's HybridCommunicateGroup when the hybrid topology is used)
     dp_group: Any = field(default=None, repr=False, compare=False)
     sharding_group: Any = field(default=None, repr=False, compare=False)
+    mp_group: Any = field(default=None, repr=False, compare=False)
+    pp_group: Any = field(default=None, repr=False, compare=False)
     hcg: Any = field(default=None, repr=False, compare=False)
 
     # ---- planning: the one place the parallel fields are checked together ------------
     @classmethod
     def plan(cls, world_size: int = 1, rank: int = 0, sharding="", sharding_parallel_degree: int = -1,
              tensor_parallel_degree: int = -1, pipeline_parallel_degree: int = -1,
-             recompute: bool = False, master_grad: bool = False, sharding_parallel_config: str = "") -> "Layout":
+             recompute: bool = False, master_grad: bool = False, sharding_parallel_config: str = "",
+             tensor_parallel_config: str = "", pipeline_parallel_config: str = "",
+             hybrid_parallel_topo_order: Optional[str] = None) -> "Layout":
         """The layout the arguments ask for on ``world_size`` ranks; a ConfigError naming the field otherwise."""
         stage, offload = parse_sharding(sharding)
         mp = _degree("tensor_parallel_degree", tensor_parallel_degree) or 1
         pp = _degree("pipeline_parallel_degree", pipeline_parallel_degree) or 1
         for name, degree in (("tensor_parallel_degree", mp), ("pipeline_parallel_degree", pp)):
-            if degree > 1:
-                raise ConfigError(f"{name}={degree} is not supported yet (tensor and pipeline parallel come with "
-                                  f"issue 29): set {option(name, 1)}, or use sharding to spread the model's memory")
+            if world_size % degree:
+                raise ConfigError(f"{name}={degree} does not divide the {world_size} ranks: dp x sharding x "
+                                  f"tensor_parallel_degree x pipeline_parallel_degree must be the number of processes")
+        if world_size % (mp * pp):
+            raise ConfigError(f"tensor_parallel_degree={mp} x pipeline_parallel_degree={pp} does not divide the "
+                              f"{world_size} ranks: dp x sharding x mp x pp must be the number of processes")
+        order = topo_order(hybrid_parallel_topo_order)
+        tensor_options = config_words("tensor_parallel_config", tensor_parallel_config, TENSOR_CONFIGS)
+        pipeline_options = config_words("pipeline_parallel_config", pipeline_parallel_config, PIPELINE_CONFIGS)
+        if master_grad and (mp > 1 or pp > 1) and stage >= 2:
+            raise ConfigError(f"amp_master_grad with sharding stage{stage} and tensor or pipeline parallel is not "
+                              f"supported by paddle: use {option('sharding', 'stage1')}")
+        if stage >= 2 and (mp > 1 or pp > 1):
+            raise ConfigError(f"sharding stage{stage} with tensor_parallel_degree={mp}, pipeline_parallel_degree={pp} "
+                              f"is not supported here (paddle's group_sharded_parallel takes no hybrid groups): use "
+                              f"{option('sharding', 'stage1')}")
         sharding_degree = _degree("sharding_parallel_degree", sharding_parallel_degree)
         rest = world_size // (mp * pp)
         if sharding_degree is None:
@@ -150,14 +207,17 @@ class Layout:
         options = sharding_configs(sharding_parallel_config, stage)
         return cls(world_size=world_size, rank=rank, dp_degree=dp, sharding_degree=sharding_degree,
                    sharding_stage=stage, offload=offload and stage > 0, mp_degree=mp, pp_degree=pp,
-                   recompute=bool(recompute), master_grad=bool(master_grad), sharding_options=options)
+                   recompute=bool(recompute), master_grad=bool(master_grad), sharding_options=options,
+                   tensor_options=tensor_options if mp > 1 else (), pipeline_options=pipeline_options if pp > 1 else (),
+                   order=order)
 
     @classmethod
     def from_args(cls, args, world_size: int, rank: int = 0) -> "Layout":
         """:meth:`plan` from a :class:`trainer.TrainingArguments`."""
         return cls.plan(world_size, rank, args.sharding, args.sharding_parallel_degree,
                         args.tensor_parallel_degree, args.pipeline_parallel_degree, args.recompute,
-                        args.amp_master_grad, args.sharding_parallel_config)
+                        args.amp_master_grad, args.sharding_parallel_config, args.tensor_parallel_config,
+                        args.pipeline_parallel_config, args.hybrid_parallel_topo_order)
 
     # ---- what the loop, callbacks, metrics and checkpoints ask --------------------
     @property
@@ -184,25 +244,51 @@ class Layout:
 
     @property
     def clips_in_optimizer(self) -> bool:
-        """Whether gradient clipping runs inside paddle's optimizer step (``ClipGradByGlobalNorm``, whose norm
-        paddle reduces over the sharding group) instead of before it: gradients are reduced (and sharded) only
-        inside the step, so a norm taken before it would be each rank's own; with master gradients the
-        optimizer clips the float32 ``main_grad``."""
-        return self.sharded or self.master_grad
+        """Whether gradient clipping runs inside paddle's optimizer step (``ClipGradByGlobalNorm``) instead of before
+        it: under sharding gradients are reduced (and sharded) only inside the step, so a norm taken before it would
+        be each rank's own; under tensor or pipeline parallel fleet's HybridParallelOptimizer turns the clip into one
+        whose norm is summed over the model-, pipeline- and sharding-parallel groups (each split parameter counted
+        once); with master gradients the optimizer clips the float32 ``main_grad``."""
+        return self.sharded or self.master_grad or self.mp_degree > 1 or self.pp_degree > 1
+
+    def _coordinate(self, axis: str) -> int:
+        """This rank's place along one hybrid axis (``dp``, ``pp``, ``sharding``, ``mp``) from its rank and
+        :attr:`order` (fleet's ``CommunicateTopology`` numbers ranks this way: the last axis varies fastest)."""
+        degrees = {"dp": self.dp_degree, "pp": self.pp_degree, "sharding": self.sharding_degree, "mp": self.mp_degree}
+        stride = 1
+        for name in reversed(self.order):
+            if name == axis:
+                return (self.rank // stride) % degrees[name]
+            stride *= degrees[name]
+        raise KeyError(axis)
 
     @property
     def sharding_rank(self) -> int:
         """This rank's place in its sharding group (0 without sharding)."""
         if self.hcg is not None:
             return self.hcg.get_sharding_parallel_rank()
-        return (self.rank // self.mp_degree) % self.sharding_degree
+        return self._coordinate("sharding")
 
     @property
     def dp_rank(self) -> int:
         """This rank's place in its data-parallel group (the replicas of one shard)."""
         if self.hcg is not None:
             return self.hcg.get_data_parallel_rank()
-        return self.rank // (self.sharding_degree * self.mp_degree * self.pp_degree)
+        return self._coordinate("dp")
+
+    @property
+    def mp_rank(self) -> int:
+        """This rank's place in its tensor-parallel group: which slice of each split parameter it holds."""
+        if self.hcg is not None:
+            return self.hcg.get_model_parallel_rank()
+        return self._coordinate("mp")
+
+    @property
+    def pp_rank(self) -> int:
+        """This rank's pipeline stage (0 first)."""
+        if self.hcg is not None:
+            return self.hcg.get_stage_id()
+        return self._coordinate("pp")
 
     @property
     def data_rank(self) -> int:
@@ -215,22 +301,58 @@ class Layout:
         return self.dp_degree * self.sharding_degree
 
     @property
+    def holds_loss(self) -> bool:
+        """Whether this rank computes the loss: every rank, except under pipeline parallel, where only the last
+        stage does (``trainer.parallel`` gives the other stages the last stage's loss, broadcast in the
+        pipeline group, before the loop logs it)."""
+        return self.pp_rank == self.pp_degree - 1
+
+    def share_loss(self, loss):
+        """``loss`` as the last pipeline stage computed it (:attr:`holds_loss`), on every rank of its pipeline group:
+        a broadcast over the pp group, at logging steps and saves only (the other stages' step losses are
+        placeholders, ``trainer.parallel.pipeline``); ``loss`` itself without pipeline parallel."""
+        if self.pp_degree == 1 or self.hcg is None:
+            return loss
+        import paddle.distributed as pdist  # paddle only once groups exist: planning runs without it
+
+        loss = loss.clone()
+        pdist.broadcast(loss, src=self.hcg.get_rank_from_stage(self.pp_degree - 1), group=self.pp_group)
+        return loss
+
+    @property
+    def writes_outputs(self) -> bool:
+        """Whether this rank's evaluation outputs (predictions, labels, loss, count) are gathered: one rank per data
+        slice, the first of its tensor-parallel group on the last pipeline stage; the others hold copies."""
+        return self.mp_rank == 0 and self.holds_loss
+
+    @property
     def loss_group(self):
         """The group losses and metrics are averaged over: None, every rank (ranks that read the same data
-        hold the same loss, so the mean over all ranks is the mean over the data)."""
+        hold the same loss, so the mean over all ranks is the mean over the data; under pipeline parallel every
+        stage holds the last stage's loss once it is broadcast, see :attr:`holds_loss`)."""
         return None
 
     @property
     def writes_shard(self) -> bool:
         """Whether this rank writes its part of a checkpoint: the first replica (dp_rank 0) of each shard; without
-        sharding only rank 0 holds anything the others do not."""
-        return self.dp_rank == 0 and (self.sharded or self.rank == 0)
+        sharding, tensor or pipeline parallel only rank 0 holds anything the others do not."""
+        return self.dp_rank == 0 and (self.sharded or self.mp_degree > 1 or self.pp_degree > 1 or self.rank == 0)
 
     @property
     def parameter_group(self):
-        """The group whose ranks each hold a part of the parameters (stage 3: the sharding group); None when every
-        rank holds them whole. A check of the parameters (NaN guard) is reduced over it, so ranks agree."""
+        """The group a check of the parameters (NaN guard) is reduced over when :attr:`splits_parameters`, so the
+        ranks that each hold a part agree: the sharding group (stage 3), the tensor- or pipeline-parallel group
+        when only one of them is on, else None (every rank)."""
+        if self.mp_degree > 1 or self.pp_degree > 1:
+            if not self.shards_parameters and (self.mp_degree == 1) != (self.pp_degree == 1):
+                return self.mp_group if self.mp_degree > 1 else self.pp_group
+            return None
         return self.sharding_group if self.shards_parameters else None
+
+    @property
+    def splits_parameters(self) -> bool:
+        """Whether ranks hold different parameters (sharding stage 3's slices, tensor-parallel slices, stages)."""
+        return self.shards_parameters or self.mp_degree > 1 or self.pp_degree > 1
 
     def held_parameters(self, model) -> list:
         """The trainable parameter tensors this rank holds: the parameters themselves, or under stage 3 this rank's

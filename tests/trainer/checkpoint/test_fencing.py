@@ -89,7 +89,7 @@ def test_a_paused_owner_taken_over_stops_with_7_naming_the_new_owner(tmp_path, p
     paused_at = latest_step(out)
     time.sleep(float(LEASE) + 1)  # past the lease: nothing renews it
     flags = (["--resume_from_checkpoint", "auto"] if second == "resume-auto" else
-             ["--overwrite_output_dir", "true", "--learning_rate", "0.01"])
+             ["--overwrite_output_dir", "true", "--learning_rate", "0.01", "--warmup_ratio", "0"])  # lr(5) ~ 0.01
     steps = paused_at + 60
     # another PID namespace (a container on this host): the paused PID cannot be checked from there, so the
     # lease decides and the second command takes the output_dir over

@@ -19,12 +19,20 @@ def _draws(gens):
 
 
 def test_layout_on_cpu_and_exact_restore():
-    state = checkpoint_io.rng_state()
-    assert set(state) == {"python", "numpy", "paddle_cpu", "paddle_cuda"}
-    assert state["paddle_cuda"] is None
-    expected = paddle.rand([4]).numpy()
-    assert checkpoint_io.set_rng_state(state) == []
-    np.testing.assert_array_equal(paddle.rand([4]).numpy(), expected)
+    from paddle.distributed.fleet.meta_parallel import get_rng_state_tracker
+
+    tracker = get_rng_state_tracker()  # process-wide: a PaddleNLP set_seed earlier in this process fills it
+    kept = dict(tracker.states_), set(tracker.seeds_)
+    tracker.reset()
+    try:
+        state = checkpoint_io.rng_state()
+        assert set(state) == {"python", "numpy", "paddle_cpu", "paddle_cuda", "mp_tracker"}
+        assert state["paddle_cuda"] is None and state["mp_tracker"] is None  # no tensor parallel here
+        expected = paddle.rand([4]).numpy()
+        assert checkpoint_io.set_rng_state(state) == []
+        np.testing.assert_array_equal(paddle.rand([4]).numpy(), expected)
+    finally:
+        tracker.states_, tracker.seeds_ = kept
 
 
 def test_this_ranks_cuda_generator_is_saved_by_name_and_restored(caplog):
@@ -70,3 +78,24 @@ def test_older_checkpoints_still_load(caplog):
         (missed,) = checkpoint_io.set_rng_state(eight_cards, gens)
     assert "8 saved by an older checkpoint" in missed and "this run on cpu" in missed
     assert "resumes without restoring paddle's generators" in caplog.text
+
+
+def test_the_model_parallel_tracker_states_are_saved_and_restored():
+    """fleet's model-parallel RNG tracker (what tensor-parallel dropout draws from) goes into the state and back."""
+    from paddle.distributed.fleet.meta_parallel import get_rng_state_tracker
+
+    tracker = get_rng_state_tracker()
+    tracker.reset()
+    try:
+        tracker.add("model_parallel_rng", 1234)
+        state = checkpoint_io.rng_state()
+        assert list(state["mp_tracker"]) == ["model_parallel_rng"]
+        with tracker.rng_state():
+            expected = paddle.rand([4]).numpy()
+        assert checkpoint_io.set_rng_state(state) == []
+        with tracker.rng_state():
+            np.testing.assert_array_equal(paddle.rand([4]).numpy(), expected)
+        tracker.reset()
+        assert any("model-parallel RNG state" in m for m in checkpoint_io.set_rng_state(state))  # named, not skipped
+    finally:
+        tracker.reset()

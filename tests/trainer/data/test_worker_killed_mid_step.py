@@ -64,3 +64,35 @@ def test_a_worker_killed_during_the_step_is_worker_killed_with_its_signal(tmp_pa
     while [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
+
+
+
+class StartCutBySignal:
+    """A loader whose iterator start is cut after its workers forked, as paddle's SIGCHLD handler cuts it when a
+    worker of the previous iterator died meanwhile (the handler raises wherever the main thread is)."""
+
+    def __init__(self):
+        self.workers = []
+
+    def __iter__(self):
+        self.started = iter(paddle.io.DataLoader(Pairs(), batch_size=8, num_workers=2))
+        self.workers = list(self.started._workers)
+        _signal_inside(self.started)
+
+
+def _signal_inside(self):
+    """paddle's handler raising in a frame of the iterator's own start (``self`` is the iterator there)."""
+    raise SystemError("(Fatal) DataLoader process (pid 1) exited is killed by signal: Killed.")
+
+
+def test_workers_of_an_iterator_whose_start_was_cut_are_ended_so_the_process_can_exit():
+    """Those workers belong to no iterator; paddle's workers ignore the SIGTERM that multiprocessing's exit
+    handler sends before it joins them, so the process hung at exit (seen under load: a WorkerKilled run printed
+    its error and never ended). The trainer's iter() shuts the cut iterator down and SIGKILLs the workers it had forked."""
+    from trainer.trainer import _iterate
+
+    loader = StartCutBySignal()
+    with pytest.raises(SystemError, match="killed by signal"):
+        _iterate(loader)
+    assert len(loader.workers) == 2 and not any(w.is_alive() for w in loader.workers)
+    assert loader.started._shutdown  # its __del__ at interpreter exit has nothing left to wait for

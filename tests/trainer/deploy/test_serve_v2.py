@@ -22,8 +22,9 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server(digits_dir):
-    server = Server(digits_dir[0], "--model_name", "digits", "--output_names", "logits", "--max_batch_size", "8",
-                    "--max_delay_ms", "20")
+    # --workers 1: every request through the batcher (by default a lone digits request runs in the server process)
+    server = Server(digits_dir[0], "--workers", "1", "--model_name", "digits", "--output_names", "logits",
+                    "--max_batch_size", "8", "--max_delay_ms", "20")
     yield server
     assert server.stop() == 0
 
@@ -195,7 +196,8 @@ def test_several_models_from_a_repository_each_with_its_own_predictors(digits_di
     shutil.copytree(digits_dir[0], repo / "digits")
     shutil.copytree(slow_dir, repo / "wide" / "3")
     (repo / "wide" / "1").mkdir()  # an empty version folder is not a model
-    server = Server([str(repo), f"other={digits_dir[0]}"], "--output_names", "scores", "--max_delay_ms", "0")
+    server = Server([str(repo), f"other={digits_dir[0]}"], "--workers", "1", "--output_names", "scores",
+                    "--max_delay_ms", "0")
     try:
         assert len(server.pids) == 3  # one predictor process per model
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", network_timeout=120.0)
