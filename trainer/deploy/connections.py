@@ -176,8 +176,9 @@ class GuardedH11Protocol(H11Protocol):
         if not getattr(self, "lingering", False):
             super().shutdown()
 
-    def refuse_and_linger(self, line: str, linger: float = 0.3) -> None:
-        """Answer 503 ``line``, half-close, and close after ``linger`` s (the client's bytes are read meanwhile)."""
+    def refuse_and_linger(self, line: str, linger: float = LINGER) -> None:
+        """Answer 503 ``line``, half-close, and close when the client closes (asyncio closes the transport at its
+        EOF) or after ``linger`` s; the client's bytes are read and dropped meanwhile."""
         self.lingering = True
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
@@ -337,7 +338,7 @@ class Lingering:
         if self._thread is not None:
             self._thread.join(max(0.0, timeout))
         for conn in self._conns:
-            conn.close()
+            _close_read(conn)
 
     def _run(self, until: float) -> None:
         with selectors.DefaultSelector() as sel:
@@ -354,3 +355,16 @@ class Lingering:
                         pass
                     sel.unregister(key.fileobj)  # the client closed (or reset): nothing left to protect
                     key.fileobj.close()
+
+
+def _close_read(conn: socket.socket) -> None:
+    """Close ``conn`` after reading what its client sent (bytes left unread make the close a reset; at most 1 MiB:
+    a client that keeps sending cannot hold the shutdown)."""
+    try:
+        conn.setblocking(False)
+        for _ in range(16):
+            if not conn.recv(65536):
+                break
+    except OSError:
+        pass
+    conn.close()
