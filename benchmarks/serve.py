@@ -16,6 +16,8 @@ reported, so a load spike on a shared machine hits every target alike):
   client; where grpcio and tritonclient are installed: the serve extra);
 - for ``--process_models`` (default digits), ``ptrain serve --workers 1`` too
   (``v1-process``: every request through the predictor process);
+- for ``--inline_models`` (default none), ``ptrain serve --inline_max_ms 1000``
+  too (``v1-inline``: lone requests in the server process whatever the model's call);
 - the hand-written peer (``benchmarks/handwritten_server.py``): Starlette +
   ``paddle.inference`` in the handler under uvicorn, one request per model call.
 
@@ -94,13 +96,13 @@ class ServerProcess:
     """A ``ptrain serve`` (``kind`` ``ptrain``) or hand-written (``handwritten``) server on a free port."""
 
     def __init__(self, kind: str, model_dir: str, max_batch_size: int = 32, max_delay_ms: float = 5.0,
-                 workers=None):
+                 workers=None, extra=()):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.kind, self.grpc_port = kind, 0
         if kind != "handwritten":
             cmd = [sys.executable, "-m", "trainer.cli", "serve", model_dir, "--port", "0", "--model_name", "m",
                    "--max_batch_size", str(max_batch_size), "--max_delay_ms", str(max_delay_ms), "--max_queue", "4096"]
-            cmd += [] if workers is None else ["--workers", str(workers)]
+            cmd += ([] if workers is None else ["--workers", str(workers)]) + list(extra)
             if kind == "ptrain" and _has_grpc():  # the Open Inference Protocol over gRPC beside HTTP, same batcher
                 self.grpc_port = free_port()
                 cmd += ["--grpc_port", str(self.grpc_port)]
@@ -292,6 +294,7 @@ def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
 TARGETS = (("ptrain", "v1"), ("ptrain", "v2-json"), ("ptrain", "v2-binary"), ("ptrain", "grpc"),
            ("handwritten", "handwritten"))
 PROCESS = ("process", "v1-process")  # ptrain serve --workers 1: the model in a predictor process (--process_models)
+INLINE = ("inline", "v1-inline")  # ptrain serve --inline_max_ms 1000: lone requests in the server process (--inline_models)
 MODELS = {"digits": (32, 2)}
 
 
@@ -306,6 +309,10 @@ def run_model(model: str, args, workdir: str) -> dict:
     if model in args.process_models:
         servers["process"] = ServerProcess("process", path, args.max_batch_size, args.max_delay_ms, workers=1)
         targets = targets[:1] + (PROCESS,) + targets[1:]
+    if model in args.inline_models:
+        servers["inline"] = ServerProcess("inline", path, args.max_batch_size, args.max_delay_ms,
+                                          extra=("--inline_max_ms", "1000"))
+        targets = targets[:1] + (INLINE,) + targets[1:]
     points: Dict[tuple, List[dict]] = {}
     try:
         for kind, protocol in targets:  # warm the connections and the event loop
@@ -351,7 +358,7 @@ def report(result: dict, info: dict) -> str:
     for m in result["models"]:
         by = {(r["protocol"], r["concurrency"]): r for r in m["rows"]}
         rows = []
-        names = [t[1] for t in TARGETS[:1] + (PROCESS,) + TARGETS[1:]]
+        names = [t[1] for t in TARGETS[:1] + (PROCESS, INLINE) + TARGETS[1:]]
         for r in sorted(m["rows"], key=lambda r: (r["concurrency"], names.index(r["protocol"]))):
             peer = by.get(("handwritten", r["concurrency"]))
             rows.append([r["concurrency"], r["protocol"], fmt(r["rps"], 0),
@@ -380,6 +387,9 @@ def main(argv=None) -> int:
     p.add_argument("--max_batch_size", type=int, default=32)
     p.add_argument("--process_models", default="digits",
                    help="comma-separated models also served with --workers 1 (the model in a predictor process)")
+    p.add_argument("--inline_models", default="",
+                   help="comma-separated models also served with --inline_max_ms 1000 (lone requests in the server "
+                        "process however long the model's call)")
     p.add_argument("--max_delay_ms", type=float, default=5.0)
     p.add_argument("--duration", type=float, default=4.0, help="seconds per point (in turns of --slice)")
     p.add_argument("--slice", type=float, default=0.5, help="seconds per turn of one target before the next")
@@ -391,6 +401,7 @@ def main(argv=None) -> int:
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
     args.models = [x for x in args.models.split(",") if x]
     args.process_models = [x for x in args.process_models.split(",") if x]
+    args.inline_models = [x for x in args.inline_models.split(",") if x]
     info = machine_info()
     result = run(args)
     text = report(result, info)
