@@ -67,4 +67,7 @@ def test_paddlenlp_tensor_parallel_script_runs_with_the_import_changed(tmp_path)
     assert len(losses[0]) == 4
     diff = float(np.abs(np.array(losses[0]) - np.array(losses[1])).max())
     print(f"PARITY paddlenlp llama mp2: max loss difference {diff:.3g}")
-    assert diff <= 1e-6, losses
+    # relative: these losses are ~4.6, where float32's spacing is 4.8e-7; split matmuls summed over 2 ranks round
+    # differently with the CPU's kernels (1.4e-6, 3 spacings, on an Intel Xeon; <= 1e-6 on an AMD EPYC). 2e-6 of
+    # the loss is ~19 spacings, as 1e-6 is at the ERNIE tests' losses of ~0.7; a wrong shard is off by ~1e-2.
+    np.testing.assert_allclose(losses[1], losses[0], rtol=2e-6, atol=0)
