@@ -103,21 +103,6 @@ async def _read_body(request: Request, limit: int) -> Optional[bytes]:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def _discard_body(request: Request, limit: int) -> None:
-    """Read and drop the body of a request refused with ``Connection: close`` (at most ``limit`` bytes; a slow one
-    is bounded by ``--body_timeout``). Closing the connection while part of the body sits unread in the kernel
-    makes it send a reset instead of a close, and the client then reads the reset instead of the answer (a body
-    sent a few ms after its headers, or held by Nagle's wait for their ACK, arrives just after the answer)."""
-    seen = 0
-    while seen <= limit:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-        seen += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return
-
-
 def build_app(state: ServeState) -> Starlette:
     def model_of(request: Request):
         name = request.path_params.get("model")
@@ -139,7 +124,13 @@ def build_app(state: ServeState) -> Starlette:
                 return exc.response
             if state.draining:
                 state.refused += 1
-                await _discard_body(request, state.max_body_bytes)
+                # read the body first (within --max_body_bytes and --body_timeout): closing with part of it unread
+                # in the kernel (a body sent a few ms after its headers) sends a reset, which the client reads
+                # instead of this answer
+                try:
+                    await _read_body(request, state.max_body_bytes)
+                except ClientDisconnect:
+                    pass
                 response = _error(503, "the server is shutting down: send the request to another replica", retry=True)
                 response.headers["connection"] = "close"
             else:
