@@ -19,7 +19,10 @@ reported, so a load spike on a shared machine hits every target alike):
 - for ``--inline_models`` (default none), ``ptrain serve --inline_max_ms 1000``
   too (``v1-inline``: lone requests in the server process whatever the model's call);
 - the hand-written peer (``benchmarks/handwritten_server.py``): Starlette +
-  ``paddle.inference`` in the handler under uvicorn, one request per model call.
+  ``paddle.inference`` in the handler under uvicorn, one request per model call;
+  where gRPC runs, the same process also answers ``ModelInfer`` by hand on
+  ``grpc.aio`` (``handwritten-grpc``, the peer of the ``grpc`` row: column
+  "x hand-written gRPC").
 
 Within a point the targets take turns of ``--slice`` seconds until each has had
 ``--duration`` (so a load spike of a shared machine falls on all of them).
@@ -108,6 +111,9 @@ class ServerProcess:
                 cmd += ["--grpc_port", str(self.grpc_port)]
         else:
             cmd = [sys.executable, "-m", "benchmarks.handwritten_server", model_dir, "0"]
+            if _has_grpc():  # its gRPC peer: ModelInfer by hand on the same predictor
+                self.grpc_port = free_port()
+                cmd.append(str(self.grpc_port))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                      cwd=ROOT)
         deadline = time.monotonic() + 300
@@ -211,7 +217,7 @@ def request_of(protocol: str, x: np.ndarray) -> Tuple[str, bytes, Dict[str, str]
 
 def closed_loop(port: int, protocol: str, concurrency: int, duration: float, max_requests: int) -> Dict[str, float]:
     """``concurrency`` clients, each sending its next request when the last is answered."""
-    if protocol == "grpc":
+    if protocol in GRPC:
         return grpc_closed_loop(port, concurrency, duration, max_requests)
     path, body, headers = request_of(protocol, np.random.RandomState(1).randn(1, 64).astype("float32"))
 
@@ -272,7 +278,7 @@ def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
     for _ in range(max(1, round(args.duration / args.slice))):
         for kind, protocol in order:
             before, cpu_before = servers[kind].batch_stats(), servers[kind].cpu_seconds()
-            port = servers[kind].grpc_port if protocol == "grpc" else servers[kind].port
+            port = servers[kind].grpc_port if protocol in GRPC else servers[kind].port
             runs[protocol].append(closed_loop(port, protocol, concurrency, args.slice, args.max_requests))
             after = servers[kind].batch_stats()
             cpu[protocol] += servers[kind].cpu_seconds() - cpu_before  # with the /metrics reads: a few ms a slice
@@ -292,7 +298,8 @@ def sliced(servers: dict, order, concurrency: int, args) -> Dict[str, dict]:
 
 
 TARGETS = (("ptrain", "v1"), ("ptrain", "v2-json"), ("ptrain", "v2-binary"), ("ptrain", "grpc"),
-           ("handwritten", "handwritten"))
+           ("handwritten", "handwritten"), ("handwritten", "handwritten-grpc"))
+GRPC = ("grpc", "handwritten-grpc")
 PROCESS = ("process", "v1-process")  # ptrain serve --workers 1: the model in a predictor process (--process_models)
 INLINE = ("inline", "v1-inline")  # ptrain serve --inline_max_ms 1000: lone requests in the server process (--inline_models)
 MODELS = {"digits": (32, 2)}
@@ -305,7 +312,7 @@ def run_model(model: str, args, workdir: str) -> dict:
     one, full = compute_ms(path, 1), compute_ms(path, args.max_batch_size)
     servers = {"ptrain": ServerProcess("ptrain", path, args.max_batch_size, args.max_delay_ms),
                "handwritten": ServerProcess("handwritten", path)}
-    targets = TARGETS if servers["ptrain"].grpc_port else tuple(t for t in TARGETS if t[1] != "grpc")
+    targets = TARGETS if servers["ptrain"].grpc_port else tuple(t for t in TARGETS if t[1] not in GRPC)
     if model in args.process_models:
         servers["process"] = ServerProcess("process", path, args.max_batch_size, args.max_delay_ms, workers=1)
         targets = targets[:1] + (PROCESS,) + targets[1:]
@@ -316,7 +323,7 @@ def run_model(model: str, args, workdir: str) -> dict:
     points: Dict[tuple, List[dict]] = {}
     try:
         for kind, protocol in targets:  # warm the connections and the event loop
-            closed_loop(servers[kind].grpc_port if protocol == "grpc" else servers[kind].port, protocol, 2, 0.5, 50)
+            closed_loop(servers[kind].grpc_port if protocol in GRPC else servers[kind].port, protocol, 2, 0.5, 50)
         for round_ in range(args.rounds):  # interleaved: a load spike on the machine hits every target alike
             for c in args.concurrency:
                 order = targets if round_ % 2 == 0 else tuple(reversed(targets))
@@ -361,12 +368,15 @@ def report(result: dict, info: dict) -> str:
         names = [t[1] for t in TARGETS[:1] + (PROCESS, INLINE) + TARGETS[1:]]
         for r in sorted(m["rows"], key=lambda r: (r["concurrency"], names.index(r["protocol"]))):
             peer = by.get(("handwritten", r["concurrency"]))
+            grpc_peer = by.get(("handwritten-grpc", r["concurrency"])) if r["protocol"] == "grpc" else None
             rows.append([r["concurrency"], r["protocol"], fmt(r["rps"], 0),
                          fmt(r["rps"] / peer["rps"], 2) if peer and peer["rps"] else "",
+                         fmt(r["rps"] / grpc_peer["rps"], 2) if grpc_peer and grpc_peer["rps"] else "",
                          fmt(r["p50_ms"], 1), fmt(r["p99_ms"], 1), fmt(r["cpu_ms"], 2),
                          fmt(peer["cpu_ms"] / r["cpu_ms"], 2) if peer and r["cpu_ms"] else "", fmt(r["mean_batch"], 1),
                          " / ".join(f"{x:.0f}" for x in r.get("rps_rounds", [r["rps"]])), r["errors"]])
-        table = markdown_table(["concurrency", "protocol", "requests/s", "x hand-written", "p50 (ms)", "p99 (ms)",
+        table = markdown_table(["concurrency", "protocol", "requests/s", "x hand-written", "x hand-written gRPC",
+                                "p50 (ms)", "p99 (ms)",
                                 "server CPU ms/request", "x hand-written (CPU)", "mean batch", "requests/s by round",
                                 "errors"], rows)
         lines += [f"**{m['model']}**: MLP of {m['params'] / 1e6:.2f} M parameters; paddle.inference, one thread: "

@@ -94,9 +94,10 @@ class Batcher:
     def submit(self, arrays: List[np.ndarray], rows: int, inline: bool = True) -> "asyncio.Future":
         """The request's outputs (a future). ``inline``: the protocol counts every request it has read in
         ``in_flight`` (HTTP: uvicorn reads every ready connection before any handler runs), so a request that
-        sees none besides itself may run in this process (:attr:`inline`). gRPC passes False: grpc.aio hands
-        the server one call per turn of the event loop, so a call run inline (which holds the loop) never sees
-        the next ones, and every call ran alone (mean batch 1.0 at 32 concurrent clients, 0.5x HTTP's rate)."""
+        sees none besides itself may run in this process (:attr:`inline`). grpc.aio hands the server one call
+        per turn of the event loop, so a call run inline at once (which holds the loop) never sees the next ones
+        (every call ran alone: mean batch 1.0 at 32 concurrent clients): gRPC passes True only for a call still
+        alone after one more turn (``grpc_app``)."""
         reason = getattr(self.pool, "unavailable", None)
         if reason:
             raise ModelUnavailable(reason)
@@ -104,9 +105,8 @@ class Batcher:
             raise QueueFull(f"{len(self._queue)} requests are waiting (--max_queue {self.max_queue})")
         pending = Pending(arrays, rows, asyncio.get_running_loop().create_future())
         if not self._queue and self._quiet(pending.enqueued):  # alone: straight to an idle worker, no hop
-            worker = self.inline.try_acquire() if inline and self.inline is not None and self.in_flight() <= 1 else None
-            if worker is not None:  # nobody else waits to be read: run it here, no process hop
-                self._send(worker, [pending])
+            if inline and self.inline is not None and self.in_flight() <= 1:
+                self._here(pending)  # nobody else waits to be read: run it here, no process hop
                 return pending.future
             worker = self.pool.try_acquire() if hasattr(self.pool, "try_acquire") else None
             if worker is not None:
@@ -192,6 +192,23 @@ class Batcher:
         if not future.done():
             self._inflight.add(future)
 
+    def _here(self, pending: Pending) -> None:
+        """Run a lone request in this process now (:attr:`inline`, whose calls end before the next request is
+        read, so it is never busy) and answer its future: what :meth:`_send` and :meth:`_deliver` do for a batch
+        of one, without the worker hand-off (~15 us of a digits request's ~190 in the server)."""
+        rows = pending.rows
+        self._last_rows = rows
+        if self.metrics is not None:
+            self.metrics.batch_size.observe(rows)
+        try:
+            outputs = self.inline.call(pending.arrays)
+        except RuntimeError as exc:  # the runtime's one line (500); the server goes on
+            pending.future.set_exception(exc)
+        else:
+            bad = _bad_rows(outputs, rows)
+            pending.future.set_exception(RuntimeError(bad)) if bad else pending.future.set_result(outputs)
+        self._last_at = time.monotonic()
+
     def _deliver(self, done: "asyncio.Future", batch: List[Pending], rows: int) -> None:
         self._inflight.discard(done)
         self._last_at = time.monotonic()  # quiet is counted from the call's end: a slow model is not "idle"
@@ -202,15 +219,14 @@ class Batcher:
                     p.future.set_exception(exc)
             return
         outputs = done.result()
-        bad = [o.shape for o in outputs if not o.shape or o.shape[0] != rows]
+        bad = _bad_rows(outputs, rows)
         start = 0
         for p in batch:
             if p.future.done():
                 start += p.rows
                 continue
             if bad:
-                p.future.set_exception(RuntimeError(f"the model returned outputs of shapes {bad} for a batch of "
-                                                    f"{rows} rows: it must return one row per input row to be served"))
+                p.future.set_exception(RuntimeError(bad))
             else:
                 p.future.set_result([o[start:start + p.rows] for o in outputs])
             start += p.rows
@@ -231,3 +247,12 @@ class Batcher:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+def _bad_rows(outputs: List[np.ndarray], rows: int) -> Optional[str]:
+    """The line for outputs that do not hold one row per input row (a model that cannot be batched), else None."""
+    for o in outputs:
+        if not o.shape or o.shape[0] != rows:
+            return (f"the model returned outputs of shapes {[o.shape for o in outputs]} for a batch of {rows} "
+                    "rows: it must return one row per input row to be served")
+    return None

@@ -12,11 +12,15 @@ h11 protocol, one class per server from :func:`guarded_protocol`) adds:
 - a connection limit: at ``max_connections`` open, a new connection closes
   the oldest one still waiting for its headers (slow or idle: it has cost the
   server nothing yet; one younger than a second may just not have been read
-  yet and is spared), else it is refused with 503 itself.
+  yet and is spared), else it is refused with 503 itself;
+- one write per answer: its status line, headers and first body part leave in
+  one ``send()`` (:class:`OneWrite`). uvicorn writes the head and the body apart,
+  two segments that each wake the client: on a digits request the second write
+  cost ~3% of the requests/s a client gets alone.
 
-A closed slow client gets ``408 Request Timeout``. One sweep per
-``SWEEP`` s checks every connection; ``ptrain_serve_connections_closed_total``
-counts them by reason.
+A closed slow client gets ``408 Request Timeout``. One sweep per ``SWEEP`` s
+checks every connection; ``ptrain_serve_connections_closed_total`` counts them
+by reason.
 
 :func:`refuse_backlog` takes the connections the kernel completed but the
 server has not accepted yet, before the listening socket closes at the end of
@@ -132,6 +136,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.cycle is not None and self.cycle is not self._counted and not self.cycle.response_complete:
             self._counted = self.cycle  # read in this turn of the loop: counted before any handler runs
             self.guard.requests += 1
+            if self.cycle.transport is self.transport:
+                self.cycle.transport = OneWrite(self.transport, self.conn)
         state = self.conn.their_state
         if state is h11.SEND_BODY and self.phase == "headers":
             self.phase, self.since = "body", time.monotonic()
@@ -139,6 +145,8 @@ class GuardedH11Protocol(H11Protocol):
             self.phase = "request"        # read whole: the answer is the app's business
 
     def on_response_complete(self) -> None:
+        if self.cycle is not None and isinstance(self.cycle.transport, OneWrite):
+            self.cycle.transport.flush()
         self._answered()
         super().on_response_complete()
         self.phase, self.since = "headers", time.monotonic()
@@ -368,3 +376,40 @@ def _close_read(conn: socket.socket) -> None:
     except OSError:
         pass
     conn.close()
+
+
+class OneWrite:
+    """A request cycle's view of its connection's transport that sends an answer's status line and headers with
+    the first part of its body, in one ``send()``: uvicorn writes them apart, and on a kept-alive connection each
+    write is a TCP segment that wakes the client (which reads the headers, then waits for the body)."""
+
+    def __init__(self, transport, conn: h11.Connection):
+        self._transport, self._conn = transport, conn
+        self._held: Optional[bytes] = None
+        self._head_sent = False
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif not self._head_sent and self._conn.our_state is h11.SEND_BODY:  # the headers: the body follows
+            self._head_sent = True
+            self._held = data
+            return
+        if data:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)

@@ -24,6 +24,7 @@ cannot load, or draining), INTERNAL (the predictor died on the batch or the runt
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from typing import Optional, Tuple
@@ -165,8 +166,15 @@ class Servicer:
         except BadRequest as exc:
             raise _Abort(exc.status, "INVALID_ARGUMENT" if exc.status == 400 else "RESOURCE_EXHAUSTED",
                          str(exc)) from None
+        inline = False
+        if model.batcher.inline is not None and self.state.grpc_in_flight == 1:
+            # grpc.aio starts one call per turn of the event loop: a call run in this process at once (which holds
+            # the loop) never sees the calls behind it, and under load every call ran alone (mean batch 1.0). After
+            # one more turn the calls that had arrived with it have started: only one still alone runs here.
+            await asyncio.sleep(0)
+            inline = True  # the batcher runs it here only if nothing else is read, queued or in flight
         try:
-            outputs = model.named(await model.batcher.submit(req.arrays, req.rows, inline=False))
+            outputs = model.named(await model.batcher.submit(req.arrays, req.rows, inline=inline))
         except QueueFull as exc:
             raise _Abort(503, "RESOURCE_EXHAUSTED", f"the server is overloaded: {exc}; retry later") from None
         except ModelUnavailable as exc:

@@ -79,6 +79,32 @@ def _json(obj: Any, status: int = 200) -> Response:
                     media_type="application/json")
 
 
+class _Answer:
+    """A 200 answer of the predict/infer routes: the body and its header list, sent as the two ASGI messages.
+    Starlette's ``Response`` builds, encodes and sorts out its headers on every request; on a digits request
+    that and reading the request's headers through ``Request.headers`` were ~10 us of the server's ~200 (and
+    every error still goes through ``Response``)."""
+
+    status_code = 200
+    __slots__ = ("body", "raw_headers")
+
+    def __init__(self, body: bytes, content_type: bytes = b"application/json", extra=()):
+        self.body = body
+        self.raw_headers = [(b"content-length", b"%d" % len(body)), (b"content-type", content_type), *extra]
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def _header(request: Request, name: bytes) -> Optional[str]:
+    """A request header's value (``name`` lowercase, as ASGI servers give them), or None."""
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 class _Refused(Exception):
     def __init__(self, response: Response):
         self.response = response
@@ -86,7 +112,7 @@ class _Refused(Exception):
 
 async def _read_body(request: Request, limit: int) -> Optional[bytes]:
     """The body, or None when it is over ``limit`` bytes (Content-Length or counted while reading)."""
-    length = request.headers.get("content-length")
+    length = _header(request, b"content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         return None
     chunks, size = [], 0
@@ -191,7 +217,7 @@ def build_app(state: ServeState) -> Starlette:
                 return _json({"outputs": await run_in_threadpool(pre.decode, outputs, items)})
             except Exception as exc:  # noqa: BLE001
                 return _error(500, f"the task's postprocessing failed: {type(exc).__name__}: {exc}")
-        return Response(answer(outputs), media_type="application/json")
+        return _Answer(answer(outputs))
 
     async def _inputs(obj: Any, model):
         pre, spec = model.preprocessing, model.pool.spec["inputs"]
@@ -231,14 +257,16 @@ def build_app(state: ServeState) -> Starlette:
     async def infer(request: Request, model) -> Response:
         body = await body_of(request, model)
         try:
-            obj, tail = split_body(body, request.headers.get("inference-header-content-length"))
+            obj, tail = split_body(body, _header(request, b"inference-header-content-length"))
             req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, state.max_batch_size,
                               state.allow_nonfinite)
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         outputs = await run(model, req.arrays, req.rows)
-        content, headers = infer_response(model.name, model.version, req, model.named(outputs))
-        return Response(content, headers=headers)
+        content, header_length = infer_response(model.name, model.version, req, model.named(outputs))
+        if header_length is None:
+            return _Answer(content)
+        return _Answer(content, b"application/octet-stream", ((b"inference-header-content-length", header_length),))
 
     async def health(request: Request) -> Response:
         return _json({"status": "alive"})

@@ -81,13 +81,20 @@ class InlinePool:
         """The outputs for ``arrays``, computed now (a done future); ``done(future)`` is called before returning."""
         future = asyncio.get_running_loop().create_future()
         try:
-            future.set_result(self._runtime.run(arrays))
-        except Exception as exc:  # noqa: BLE001 - the batch's requests get the line (500); the server goes on
-            future.set_exception(RuntimeError(first_line(exc)))
+            future.set_result(self.call(arrays))
+        except RuntimeError as exc:
+            future.set_exception(exc)
         self._idle.put_nowait(self)
         if done is not None:
             done(future)
         return future
+
+    def call(self, arrays) -> List[Any]:
+        """The outputs for ``arrays``, computed now; a runtime failure is a RuntimeError with its first line."""
+        try:
+            return self._runtime.run(arrays)
+        except Exception as exc:  # noqa: BLE001 - the batch's requests get the line (500); the server goes on
+            raise RuntimeError(first_line(exc)) from None
 
     async def close(self, timeout: float = 5.0) -> None:
         self._runtime = None

@@ -18,6 +18,7 @@ field (``inputs[0] (input): ...``), answered 400 ``{"error": "..."}``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,6 +31,9 @@ DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "ui
 
 
 _BY_DTYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
+_DTYPES = {k: np.dtype(v) for k, v in DATATYPES.items()}
+_TRAILING = ("the body has %d bytes after the inputs' binary data: send binary_data_size for every binary input and "
+             "nothing more")
 
 
 def datatype(dtype) -> str:
@@ -69,6 +73,13 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
     if not isinstance(given, list) or not given:
         raise BadRequest('"inputs" must be a non-empty list of {"name", "shape", "datatype", "data"}: the model takes '
                          + ", ".join(f"{s['name']} ({datatype(s['dtype'])})" for s in inputs))
+    if len(given) == 1 and len(inputs) == 1 and isinstance(given[0], dict) and given[0].get("name") == inputs[0]["name"]:
+        # one tensor for a one-input model (most requests): what the loop and the name checks below conclude
+        array, offset = _tensor(given[0], f"inputs[0] ({inputs[0]['name']})", tail, 0)
+        if offset != len(tail):
+            raise BadRequest(_TRAILING % (len(tail) - offset))
+        array = _checked(array, inputs[0], max_rows, allow_nonfinite)
+        return InferRequest([array], array.shape[0], _request_id(obj), _outputs(obj, output_names))
     by_name, offset = {}, 0
     for i, tensor in enumerate(given):
         if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
@@ -78,24 +89,14 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
         array, offset = _tensor(tensor, f"inputs[{i}] ({tensor['name']})", tail, offset)
         by_name[tensor["name"]] = array
     if offset != len(tail):
-        raise BadRequest(f"the body has {len(tail) - offset} bytes after the inputs' binary data: send "
-                         "binary_data_size for every binary input and nothing more")
+        raise BadRequest(_TRAILING % (len(tail) - offset))
     names = [s["name"] for s in inputs]
     missing, unknown = [n for n in names if n not in by_name], [n for n in by_name if n not in names]
     if missing or unknown:
         raise BadRequest(f"inputs: the model takes inputs {names}; "
                          + "; ".join(p for p in ("missing " + ", ".join(missing) if missing else "",
                                                   "unknown " + ", ".join(unknown) if unknown else "") if p))
-    arrays = []
-    for spec in inputs:
-        field = f"inputs ({spec['name']})"
-        array = by_name[spec["name"]]
-        if array.dtype != np.dtype(spec["dtype"]):
-            raise BadRequest(f"{field}: datatype {datatype(array.dtype)}, the model takes "
-                             f"{datatype(spec['dtype'])}")
-        arrays.append(to_array(array, spec, field, max_rows))
-        if not allow_nonfinite:
-            check_finite(arrays[-1], field)
+    arrays = [_checked(by_name[spec["name"]], spec, max_rows, allow_nonfinite) for spec in inputs]
     rows = {a.shape[0] for a in arrays}
     if len(rows) > 1:
         raise BadRequest("inputs: every input needs the same first dimension (batch), got "
@@ -103,15 +104,26 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
     return InferRequest(arrays, rows.pop(), _request_id(obj), _outputs(obj, output_names))
 
 
+def _checked(array: np.ndarray, spec: dict, max_rows: int, allow_nonfinite: bool) -> np.ndarray:
+    """One input's array checked against its spec (dtype, shape, rows, finite values): what the model takes."""
+    field = f"inputs ({spec['name']})"
+    if array.dtype != spec["dtype"]:
+        raise BadRequest(f"{field}: datatype {datatype(array.dtype)}, the model takes {datatype(spec['dtype'])}")
+    array = to_array(array, spec, field, max_rows)
+    if not allow_nonfinite:
+        check_finite(array, field)
+    return array
+
+
 def _tensor(tensor: dict, field: str, tail: bytes, offset: int) -> Tuple[np.ndarray, int]:
     kind = tensor.get("datatype")
-    if kind not in DATATYPES:
+    dtype = _DTYPES.get(kind) if isinstance(kind, str) else None
+    if dtype is None:
         raise BadRequest(f"{field}: datatype {kind!r} is not served: give one of {', '.join(DATATYPES)}")
     shape = tensor.get("shape")
     if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise BadRequest(f"{field}: \"shape\" must be a list of sizes >= 0, e.g. [1, 64], got {shape!r}")
-    dtype = np.dtype(DATATYPES[kind])
-    count = int(np.prod(shape))
+    count = math.prod(shape)
     params = tensor.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if size is not None:
@@ -120,7 +132,8 @@ def _tensor(tensor: dict, field: str, tail: bytes, offset: int) -> Tuple[np.ndar
         if size != count * dtype.itemsize:
             raise BadRequest(f"{field}: binary_data_size {size} is not shape {shape} x {dtype.itemsize} bytes of "
                              f"{kind} ({count * dtype.itemsize})")
-        array = np.frombuffer(tail, dtype=dtype.newbyteorder("<"), count=count, offset=offset).astype(dtype)
+        # read-only, on the body's bytes: nothing writes to a request's arrays (the runtime and a batch copy them)
+        array = np.frombuffer(tail, dtype=dtype.newbyteorder("<"), count=count, offset=offset).astype(dtype, copy=False)
         return array.reshape(shape), offset + size
     if "data" not in tensor:
         raise BadRequest(f"{field}: \"data\" is missing (or give parameters.binary_data_size with "
@@ -171,8 +184,10 @@ def _outputs(obj: dict, names: List[str]) -> List[Tuple[str, bool]]:
     return out
 
 
-def infer_response(model: str, version: str, request: InferRequest, outputs: Dict[str, np.ndarray]) -> Tuple[bytes, dict]:
-    """``(body, headers)`` of the answer: JSON, then the binary outputs' bytes when any were asked."""
+def infer_response(model: str, version: str, request: InferRequest,
+                   outputs: Dict[str, np.ndarray]) -> Tuple[bytes, Optional[bytes]]:
+    """``(body, Inference-Header-Content-Length)`` of the answer: JSON, then the binary outputs' bytes when any
+    were asked (the header's value is then the JSON's length, else None)."""
     listed, blobs, flat = [], [], []
     for name, binary in request.outputs:
         array = outputs[name]
@@ -190,6 +205,5 @@ def infer_response(model: str, version: str, request: InferRequest, outputs: Dic
         head["id"] = request.id
     text = json_bytes(head, flat)
     if not blobs:
-        return text, {"content-type": "application/json"}
-    return text + b"".join(blobs), {"content-type": "application/octet-stream",
-                                    "inference-header-content-length": str(len(text))}
+        return text, None
+    return text + b"".join(blobs), b"%d" % len(text)

@@ -187,9 +187,10 @@ def answer(outputs: List[np.ndarray]) -> bytes:
 
 def json_bytes(obj: Any, arrays: Sequence[np.ndarray]) -> bytes:
     """``obj`` (which holds the numpy ``arrays``) as compact JSON bytes; non-finite floats as ``NaN`` / ``Infinity``."""
-    if orjson is not None and all(a.dtype in _ORJSON_DTYPES and a.flags.c_contiguous
-                                  and (a.dtype.kind != "f" or np.isfinite(a).all()) for a in arrays):
-        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    if orjson is not None and all(a.dtype in _ORJSON_DTYPES and a.flags.c_contiguous for a in arrays):
+        text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+        if b"null" not in text:  # orjson writes a non-finite float as null: then json writes it (rare, slower)
+            return text
     return json.dumps(obj, default=_listed, allow_nan=True, separators=(",", ":")).encode()
 
 

@@ -388,10 +388,11 @@ def test_a_killed_predictor_gives_internal_to_its_calls_and_is_restarted(slow_di
         assert server.stop() == 0
 
 
-def test_concurrent_calls_share_model_calls_where_lone_requests_run_in_the_server(digits_dir, tmp_path):
-    """The default placement of a tiny model runs a lone request in the server process; grpc.aio hands the server one
-    call per turn of its event loop, so a call run there never saw the others and every call ran alone (mean batch
-    1.0 at 32 clients). gRPC calls go to the predictor process's batcher: 16 clients for 2 s share model calls."""
+def test_concurrent_calls_share_model_calls_and_a_lone_call_runs_in_the_server(digits_dir, tmp_path):
+    """The default placement of a tiny model runs a lone request in the server process. grpc.aio hands the server one
+    call per turn of its event loop, so a call run there at once never saw the others and every call ran alone (mean
+    batch 1.0 at 32 clients): a call decides after one more turn. 16 clients for 2 s share model calls in the
+    predictor process; a lone call is answered in the server process (while the predictor process is stopped)."""
     port = _free_port()
     server = Server(digits_dir[0], "--model_name", "digits", "--max_delay_ms", "20", "--grpc_port", str(port))
     try:
@@ -421,5 +422,17 @@ def test_concurrent_calls_share_model_calls_where_lone_requests_run_in_the_serve
         calls, rows = after[0] - before[0], after[1] - before[1]
         assert set(out["codes"]) == {"OK"} and rows == out["codes"]["OK"], (out, calls, rows)
         assert calls < rows / 2, (calls, rows)  # shared model calls (before: calls == rows)
+
+        (expected,) = run_predictor(create_predictor(digits_dir[0]), [digits_dir[1][:1]])
+        time.sleep(0.5)  # quiet: the last model call ended over 50 ms + --max_delay_ms ago (batching.IDLE_AFTER)
+        os.kill(server.pids[0], signal.SIGSTOP)  # a call queued for the predictor process would wait for SIGCONT
+        try:
+            out = _grpc(port, digits_dir[1][:1], """
+                result = client.infer("digits", [infer_input(x.astype("float32"))], client_timeout=20)
+                out["logits"] = result.as_numpy(result.get_response().outputs[0].name).tolist()
+            """, tmp_path)
+        finally:
+            os.kill(server.pids[0], signal.SIGCONT)
+        np.testing.assert_array_equal(np.asarray(out["logits"], dtype="float32"), expected)
     finally:
         assert server.stop() == 0
