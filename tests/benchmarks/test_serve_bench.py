@@ -1,5 +1,5 @@
 """A seconds-long run of ``benchmarks/serve.py`` (the digits-sized MLP; ptrain serve in /v1, v2 JSON, v2 binary and
-gRPC, and the hand-written peer, all real servers), so it keeps working. Not a measurement: no speed is asserted.
+gRPC, and the hand-written peer over HTTP and gRPC, all real servers), so it keeps working. Not a measurement: no speed is asserted.
 
 The benchmark runs in a child process: its gRPC clients load tritonclient's compiled protos, whose
 ``inference.DataType`` clashes with VisualDL's copy in one process, and a later test in the same pytest worker
@@ -24,10 +24,11 @@ def test_serve_benchmark_runs_every_protocol_and_the_peer(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     (model,) = json.loads(out.read_text())["result"]["models"]
     points = {(r["protocol"], r["concurrency"]): r for r in model["rows"]}
-    assert set(points) == {(p, c) for p in ("v1", "v1-process", "v1-inline", "v2-json", "v2-binary", "grpc", "handwritten")
-                           for c in (1, 4)}
+    assert set(points) == {(p, c) for p in ("v1", "v1-process", "v1-inline", "v2-json", "v2-binary", "grpc", "handwritten",
+                                            "handwritten-grpc") for c in (1, 4)}
     for r in points.values():
         assert r["requests"] > 0 and r["errors"] == 0 and r["p99_ms"] >= r["p50_ms"] > 0
     assert points[("handwritten", 4)]["mean_batch"] == 1.0  # one request per model call
     text = (tmp_path / "serve.md").read_text()
-    assert "| concurrency | protocol | requests/s | x hand-written |" in text and "| 1 | v1-inline |" in text
+    assert "| concurrency | protocol | requests/s | x hand-written | x hand-written gRPC |" in text
+    assert "| 1 | v1-inline |" in text and "| 4 | handwritten-grpc |" in text
