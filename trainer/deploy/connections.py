@@ -16,7 +16,7 @@ h11 protocol, one class per server from :func:`guarded_protocol`) adds:
 - one write per answer: its status line, headers and first body part leave in
   one ``send()`` (:class:`OneWrite`). uvicorn writes the head and the body apart,
   two segments that each wake the client: on a digits request the second write
-  cost ~3% of the requests/s a client gets alone.
+  cost 2-6% of the requests/s a client gets alone.
 
 A closed slow client gets ``408 Request Timeout``. One sweep per ``SWEEP`` s
 checks every connection; ``ptrain_serve_connections_closed_total`` counts them
