@@ -88,7 +88,7 @@ def silent_native_death(proc: subprocess.CompletedProcess, log_dir: str) -> bool
 
 
 def run_launch(cmd: list, log_dir: str, env: dict, timeout: float, cwd: str = REPO,
-               attempts: int = 3) -> subprocess.CompletedProcess:
+               attempts: int = 3, before_retry=None) -> subprocess.CompletedProcess:
     """Run a ``paddle.distributed.launch`` command line; its result. Tried again (``attempts`` in all) only when
     a rank died of a failure that is paddle's, not the code under test:
 
@@ -99,7 +99,10 @@ def run_launch(cmd: list, log_dir: str, env: dict, timeout: float, cwd: str = RE
       docs/how-to/large-models.md. ``PYTHONFAULTHANDLER`` makes a SIGSEGV name its frame;
     * a silent native death (:func:`silent_native_death`).
 
-    Any other failure is returned at once; a retried attempt's logs are kept beside (``LOGDIR.raced-N``)."""
+    Any other failure is returned at once; a retried attempt's logs are kept beside (``LOGDIR.raced-N``).
+    ``before_retry()`` runs before each retry: a silent death can come after the run wrote its output (seen at
+    a stage-3 run's exit, beside stress-ng), and the same command on that output would be refused as a run
+    already there."""
     env = dict(env, PYTHONFAULTHANDLER="1")
     for attempt in range(attempts):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=patience(timeout), env=env, cwd=cwd)
@@ -113,18 +116,22 @@ def run_launch(cmd: list, log_dir: str, env: dict, timeout: float, cwd: str = RE
             return proc
         print(f"{why} (attempt {attempt + 1}): launching again", file=sys.stderr)
         os.replace(log_dir, f"{log_dir}.raced-{attempt + 1}")
+        if before_retry is not None:
+            before_retry()
         if "--master" in cmd:  # a fresh store: the old one's port may still linger
             cmd = list(cmd)
             cmd[cmd.index("--master") + 1] = f"127.0.0.1:{free_port()}"
     return proc
 
 
-def launch(script: str, args, nproc: int, log_dir: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    """Run ``script`` under ``python -m paddle.distributed.launch`` with ``nproc`` CPU processes."""
+def launch(script: str, args, nproc: int, log_dir: str, timeout: int = 240,
+           before_retry=None) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``python -m paddle.distributed.launch`` with ``nproc`` CPU processes (``before_retry``:
+    :func:`run_launch`'s)."""
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
            "--master", f"127.0.0.1:{free_port()}", "--log_dir", log_dir, script, *map(str, args)]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = run_launch(cmd, log_dir, env, timeout)
+    proc = run_launch(cmd, log_dir, env, timeout, before_retry=before_retry)
     if proc.returncode != 0:
         raise AssertionError(f"launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
                              f"{worker_logs(log_dir)}")

@@ -86,18 +86,23 @@ SHIM_CRASH = "Exit code -11"
 def launch_fresh(args, nproc: int, log_dir: str, copy_from=None) -> None:
     """``launch`` the worker with output_dir ``args[0]`` (copied from ``copy_from`` first); once more, from a fresh
     copy, when paddle crashed while starting (:data:`PADDLE_STARTUP_CRASH`) or, in a stage 2/3 run through the
-    shim, died of SIGSEGV (:data:`SHIM_CRASH`); never for any other failure."""
+    shim, died of SIGSEGV (:data:`SHIM_CRASH`); never for any other failure. The output is made fresh before
+    ``launch``'s own retries too (a rank that died silently at exit had written it)."""
     import shutil
 
     from helpers import launch
 
     out = args[0]
-    for attempt in (1, 2):
+
+    def fresh() -> None:  # also before launch's own retries: a rank that died at exit left the run's output
         shutil.rmtree(out, ignore_errors=True)
         if copy_from is not None:
             shutil.copytree(copy_from, out)
+
+    for attempt in (1, 2):
+        fresh()
         try:
-            launch(WORKER, args, nproc, f"{log_dir}-{attempt}")
+            launch(WORKER, args, nproc, f"{log_dir}-{attempt}", before_retry=fresh)
             return
         except AssertionError as exc:
             signs = PADDLE_STARTUP_CRASH + ((SHIM_CRASH,) if str(args[2]).startswith(("stage2", "stage3")) else ())
