@@ -179,16 +179,16 @@ class Batcher:
         return self._last_rows <= 1 or now - self._last_at >= IDLE_AFTER + self.max_delay
 
     def _send(self, worker, batch: List[Pending]) -> None:
-        """Send ``batch`` to ``worker`` now (``self.inline``: run it here); its requests' futures are answered
-        when the outputs come back."""
+        """Send ``batch`` to ``worker``, one of :attr:`pool`'s, now (with ``--workers 0``, in this process); its
+        requests' futures are answered when the outputs come back. A lone request run here beside the predictor
+        processes goes through :meth:`_here` instead."""
         arrays = [np.concatenate([p.arrays[i] for p in batch]) if len(batch) > 1 else batch[0].arrays[i]
                   for i in range(len(batch[0].arrays))]
         rows = sum(p.rows for p in batch)
         self._last_rows, self._last_at = rows, time.monotonic()
         if self.metrics is not None:
             self.metrics.batch_size.observe(rows)
-        pool = self.inline if worker is self.inline and worker is not None else self.pool
-        future = pool.run(worker, arrays, lambda done: self._deliver(done, batch, rows))
+        future = self.pool.run(worker, arrays, lambda done: self._deliver(done, batch, rows))
         if not future.done():
             self._inflight.add(future)
 

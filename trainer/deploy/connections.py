@@ -136,8 +136,7 @@ class GuardedH11Protocol(H11Protocol):
         if self.cycle is not None and self.cycle is not self._counted and not self.cycle.response_complete:
             self._counted = self.cycle  # read in this turn of the loop: counted before any handler runs
             self.guard.requests += 1
-            if self.cycle.transport is self.transport:
-                self.cycle.transport = OneWrite(self.transport, self.conn)
+            self.cycle.transport = OneWrite(self.transport, self.conn)  # a new cycle: uvicorn gave it ours
         state = self.conn.their_state
         if state is h11.SEND_BODY and self.phase == "headers":
             self.phase, self.since = "body", time.monotonic()
