@@ -10,7 +10,9 @@ parameters then: gradient buckets and shards are built for the dtypes the parame
    ``fleet.distributed_model``: TensorParallel / PipelineParallel / ShardingParallel,
    ``fleet.distributed_optimizer``: HybridParallelOptimizer, DygraphShardingOptimizer inside), stages 2 and 3 through
    ``paddle.distributed.sharding.group_sharded_parallel`` (``os_g`` / ``p_g_os``, ``offload``) over
-   fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``.
+   fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``, whose
+   gradient average runs in the step's last backward or, under recompute and ``auto_find_batch_size``, after the
+   step's backwards in one fused all-reduce (``Parallelized.grad_sync``: ``trainer.parallel.grad_sync``).
 
 Gradient clipping under sharding, tensor and pipeline parallel runs inside paddle's optimizer step
 (``ClipGradByGlobalNorm``, which paddle turns into a clip whose norm is reduced over the sharding group, and
@@ -31,6 +33,7 @@ from paddle.distributed import fleet
 from .. import distributed as dist
 from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
+from .grad_sync import GradSync
 from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_device, require_pipeline_model
 from .recompute import apply_recompute
@@ -51,6 +54,12 @@ class Parallelized:
     # what runs one optimizer step's forwards and backwards, ``runner(trainer, next_batch) -> step loss`` (pipeline
     # parallel: paddle's schedule, trainer.parallel.pipeline); None: the loop's own accumulation
     step_runner: Optional[Callable] = None
+    # when DataParallel averages the gradients: in the last backward, or after the step's backwards (grad_sync)
+    grad_sync: Optional[GradSync] = None
+
+    def __post_init__(self):
+        if self.grad_sync is None:
+            self.grad_sync = GradSync(self.model)  # no DataParallel: nothing to do
 
 
 def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
@@ -88,8 +97,11 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
     if not layout.uses_hybrid_topology:
         dist.init_distributed()
         logger.info("parallel layout: %s", layout.summary())
-        return Parallelized(paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters),
-                            optimizer, scaler)
+        model = paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters)
+        # recompute (a reentrant one's inner backward trips the reducer) and auto_find_batch_size (the ranks agree
+        # before any all-reduce): every backward under no_sync, then one fused all-reduce
+        deferred = layout.recompute or args.auto_find_batch_size
+        return Parallelized(model, optimizer, scaler, grad_sync=GradSync(model, deferred=bool(deferred)))
     if optimizer is None:
         raise ConfigError("sharding, tensor and pipeline parallel need the optimizer before the model is wrapped: "
                           "pass Trainer(optimizer=...) or let the trainer build it")
