@@ -103,7 +103,9 @@ def _wrap_forward(block: paddle.nn.Layer, use_reentrant: bool) -> None:
             _refuse_dropped_gradients(block, list(args) + list(kwargs.values()))
         return recompute(forward, *args, use_reentrant=use_reentrant, preserve_rng_state=True, **kwargs)
 
-    block.forward = forward_under_recompute
+    # into the instance's __dict__, past the class's __setattr__: PaddleNLP patches TransformerEncoderLayer's to wrap
+    # a new ``forward`` as an unbound function (it would be called with the layer as its first input)
+    vars(block)["forward"] = forward_under_recompute
     setattr(block, _MARK, True)
 
 
