@@ -11,8 +11,9 @@ parameters then: gradient buckets and shards are built for the dtypes the parame
    ``fleet.distributed_optimizer``: HybridParallelOptimizer, DygraphShardingOptimizer inside), stages 2 and 3 through
    ``paddle.distributed.sharding.group_sharded_parallel`` (``os_g`` / ``p_g_os``, ``offload``) over
    fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``, whose
-   gradient average runs in the step's last backward or, under recompute and ``auto_find_batch_size``, after the
-   step's backwards in one fused all-reduce (``Parallelized.grad_sync``: ``trainer.parallel.grad_sync``).
+   gradient average runs in the step's last backward or, when a PaddleNLP model recomputes through its own switch
+   and under ``auto_find_batch_size``, after the step's backwards in one fused all-reduce
+   (``Parallelized.grad_sync``: ``trainer.parallel.grad_sync``).
 
 Gradient clipping under sharding, tensor and pipeline parallel runs inside paddle's optimizer step
 (``ClipGradByGlobalNorm``, which paddle turns into a clip whose norm is reduced over the sharding group, and
@@ -36,7 +37,7 @@ from ..errors import ConfigError, option
 from .grad_sync import GradSync
 from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_device, require_pipeline_model
-from .recompute import apply_recompute
+from .recompute import apply_recompute, switches_own_recompute
 
 logger = logging.getLogger("trainer")
 
@@ -82,6 +83,9 @@ def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_no
 
 def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=None) -> Parallelized:
     """Apply ``layout`` (see the module docstring for the order); fills ``layout``'s groups. Every rank calls it."""
+    # the model's own recompute may be reentrant (PaddleNLP's ERNIE), whose inner backward trips DataParallel's
+    # reducer; auto_find_batch_size: the ranks agree before any all-reduce. Both defer the average (grad_sync)
+    defer_sync = args.auto_find_batch_size or (layout.recompute and switches_own_recompute(model, args.recompute_modules))
     if layout.recompute:
         count = apply_recompute(model, args.recompute_modules)
         logger.debug("recompute: %d blocks of %s", count, type(model).__name__)
@@ -98,10 +102,7 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         dist.init_distributed()
         logger.info("parallel layout: %s", layout.summary())
         model = paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters)
-        # recompute (a reentrant one's inner backward trips the reducer) and auto_find_batch_size (the ranks agree
-        # before any all-reduce): every backward under no_sync, then one fused all-reduce
-        deferred = layout.recompute or args.auto_find_batch_size
-        return Parallelized(model, optimizer, scaler, grad_sync=GradSync(model, deferred=bool(deferred)))
+        return Parallelized(model, optimizer, scaler, grad_sync=GradSync(model, deferred=bool(defer_sync)))
     if optimizer is None:
         raise ConfigError("sharding, tensor and pipeline parallel need the optimizer before the model is wrapped: "
                           "pass Trainer(optimizer=...) or let the trainer build it")

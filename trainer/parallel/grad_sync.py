@@ -9,11 +9,15 @@ Two ways, one per step (``gradient_accumulation_steps`` micro-batches, one avera
   the gradients in one fused all-reduce (paddle's ``fused_allreduce_gradients``: the same mean as the reducer's,
   coalesced into 128 MiB buffers), as PaddleNLP's Trainer does under recompute. Two layouts need it:
 
-  * ``recompute=True``: a PaddleNLP model recomputes through paddle's reentrant ``recompute`` (a ``PyLayer``
-    whose backward runs a second backward inside the first). The reducer's hooks then see a parameter become
-    ready twice in one step and paddle stops the run ("parameter[..] has been ready before. Please set
-    find_unused_parameters=True"), with or without ``find_unused_parameters``. Without the reducer nothing is
-    counted; one all-reduce after the step's backwards gives every model, reentrant or not, the same average.
+  * ``recompute=True`` on a model that recomputes through its own switch (a PaddleNLP model,
+    ``trainer.parallel.recompute.switches_own_recompute``): PaddleNLP's ERNIE uses paddle's reentrant
+    ``recompute`` (a ``PyLayer`` whose backward runs a second backward inside the first). The reducer's hooks
+    then see a parameter become ready twice in one step and paddle stops the run ("parameter[..] has been ready
+    before. Please set find_unused_parameters=True"), with or without ``find_unused_parameters``. Without the
+    reducer nothing is counted; one all-reduce after the step's backwards gives the same average whether the
+    model's recompute reenters or not (PaddleNLP's Trainer does the same under recompute). The blocks the
+    trainer wraps itself (any other model, or ``recompute_modules``) recompute without reentering: the reducer
+    follows them, so they keep the overlap.
   * ``auto_find_batch_size`` on several processes (``trainer.auto_batch``): a rank that runs out of memory in a
     forward while the others wait in the last backward's all-reduce would hang them all, so the ranks first agree
     that every backward succeeded, then all-reduce.
