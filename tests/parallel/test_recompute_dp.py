@@ -9,17 +9,19 @@ too). Under recompute every backward now runs under ``no_sync`` and one fused al
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from helpers import REPO, free_port, write_reviews
+from helpers import REPO, free_port, launch, write_reviews
 from patience import patience
 
 from trainer.checkpoint.manifest import read_checkpoint
 
+WORKER = os.path.join(REPO, "tests", "distributed", "workers", "grad_sync_count.py")
 SMALL = ["--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
          "--intermediate_size", "64", "--max_seq_len", "48", "--per_device_train_batch_size", "8"]
 # 6 steps of 2 micro-batches (accumulation: still one all-reduce per step), checkpoints after steps 3 and 6
@@ -61,3 +63,20 @@ def test_ptrain_run_ernie_recompute_on_two_processes_trains_like_plain_data_para
     # measured: 0.0 (the same dropout masks, the same mean of the two ranks' gradients); bound: float rounding
     print(f"RECOMPUTE+DP ERNIE: max parameter difference to plain DP after 6 steps: {diff:.3g}")
     assert diff <= 1e-6
+
+
+def test_the_deferred_average_is_one_all_reduce_per_optimizer_step_not_per_micro_batch(tmp_path):
+    """3 micro-batches a step: under the model's own recompute the gradients of all three are averaged once,
+    after the last backward (paddle's fused all-reduce: one call for the tiny model's one buffer); without
+    recompute DataParallel's reducer does it inside the last backward (in C++: no call from Python)."""
+    results = {}
+    for recompute in ("1", "0"):
+        out = tmp_path / f"recompute{recompute}"
+        out.mkdir()
+        launch(WORKER, [out, 3, recompute], nproc=2, log_dir=str(tmp_path / f"log{recompute}"), timeout=patience(300))
+        results[recompute] = [json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1)]
+    for r in results["1"]:
+        assert r["global_step"] == 3 and r["all_reduces_per_step"] == [1, 1, 1]
+    assert [r["all_reduces_per_step"] for r in results["0"]] == [[0, 0, 0]] * 2
+    assert results["1"][0]["checksum"] == results["1"][1]["checksum"]  # the ranks hold one model
+    assert abs(results["1"][0]["checksum"] - results["0"][0]["checksum"]) <= 1e-3  # and the plain run's
