@@ -26,8 +26,8 @@ one fused all-reduce, as under recompute and ``auto_find_batch_size``): its
 wall and CPU time per step as a ratio to DataParallel's own (in the last
 backward). ``--recompute`` runs every block with the model's blocks under the
 trainer's non-reentrant recompute (the MLP's ``fc1``, ERNIE's encoder layers),
-where DataParallel's own sync works too: the before/after of recompute under
-data parallel.
+or PaddleNLP's Llama under its own (``--workloads llama``), where DataParallel's
+own sync works too: the before/after of recompute under data parallel.
 
 Each worker runs with ``OMP_NUM_THREADS`` = cores / processes (at least 1) so
 the processes do not fight over cores.
@@ -143,8 +143,9 @@ def _time_steps(model, loader_iter, optimizer, loss_fn, steps: int, sync: str) -
     return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
 
 
-#: the blocks ``--recompute`` runs under the trainer's recompute (``recompute_modules``), per workload
-RECOMPUTED = {"mlp": ["fc1"], "ernie": ["TransformerEncoderLayer"]}
+#: the blocks ``--recompute`` runs under the trainer's recompute (``recompute_modules``), per workload; None: the
+#: model's own switch (llama: PaddleNLP's non-reentrant recompute, which DataParallel's reducer follows)
+RECOMPUTED = {"mlp": ["fc1"], "ernie": ["TransformerEncoderLayer"], "llama": None}
 
 
 def bench_grad_sync(workload: str, steps: int, rounds: int, seed: int, recompute: bool = False) -> dict:
@@ -220,7 +221,7 @@ def worker(a) -> None:
     result = {"world_size": world, "device": device, "backend": "nccl" if device == "gpu" else "gloo",
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "collectives": bench_collectives(sizes, world),
               "grad_sync": []}
-    defaults = {"mlp": (200, 3), "ernie": (3, 2)}
+    defaults = {"mlp": (200, 3), "ernie": (3, 2), "llama": (3, 2)}
     for workload in common.split_list(a.workloads):
         steps, rounds = defaults.get(workload, (5, 2))
         steps = a.sync_steps or steps
