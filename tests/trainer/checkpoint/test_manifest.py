@@ -1,5 +1,8 @@
 """Checkpoints whose manifest cannot lie (issue 40, items 1-3), on real saves and real resumes.
 
+A manifest whose format version this code does not read is refused (by resume and by inspect) before anything
+else in it is read.
+
 1. The manifest is covered by its own digest (``manifest.sha256``, written after it): an edited manifest (the step
    changed; in a sharded checkpoint, two same-shaped tensors swapped in the index while every shard still matches
    its sha256) is a damaged checkpoint: ``auto`` sets it aside and resumes the older one, ``ptrain inspect`` calls it
@@ -30,7 +33,7 @@ from patience import patience
 from safetensors.numpy import load_file, save_file
 
 from trainer import DataError, Trainer, TrainingArguments
-from trainer.checkpoint.manifest import read_verified, verdict
+from trainer.checkpoint.manifest import read_verified, verdict, verify
 from trainer.checkpoint.store import resolve
 from trainer.cli.describe import describe_checkpoint, describe_run
 
@@ -91,9 +94,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture
 def copy(run_dir, tmp_path):
-    target = tmp_path / "copy"
-    shutil.copytree(run_dir, target)
-    return target
+    return shutil.copytree(run_dir, tmp_path / "copy")
 
 
 # ---- item 1: the manifest is verified as the files are -------------------------------------------------
@@ -203,6 +204,29 @@ def test_ptrain_exits_3_before_training_on_a_checkpoint_that_lacks_an_optimizer_
 
 
 # ---- item 3: an unknown format version is skipped and left as it is ----------------------------------
+@pytest.mark.parametrize("version", [0, 3, 999, "1", None])
+def test_an_unknown_format_version_is_refused_in_one_line(copy, version):
+    ckpt = copy / "checkpoints" / "step-4"
+    _edit_json(ckpt / "manifest.json", lambda m: m.update(format_version=version))
+    with pytest.raises(DataError, match=rf"has format_version {version!r}, which this paddle-trainer does not read") as err:
+        verify(str(ckpt))
+    assert "\n" not in str(err.value)
+    with pytest.raises(DataError, match="format_version"):
+        _train(copy, max_steps=6, resume=str(ckpt))
+    # auto skips it and takes the older checkpoint that verifies
+    assert resolve("auto", str(copy)) == str(copy / "checkpoints" / "step-2")
+    assert f"manifest: INVALID: {ckpt}/manifest.json has format_version {version!r}" in describe_checkpoint(str(ckpt))
+
+
+def test_ptrain_inspect_calls_version_999_invalid(copy):
+    _edit_json(copy / "checkpoints" / "step-4" / "manifest.json", lambda m: m.update(format_version=999))
+    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "inspect", str(copy)], capture_output=True, text=True,
+                          cwd=REPO, timeout=patience(120))
+    line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("step-4"))
+    assert "INVALID" in line and "format_version 999" in line, proc.stdout
+    assert "resume 'auto' would take: step-2" in proc.stdout
+
+
 def test_an_unknown_format_version_is_left_as_it_is(copy):
     ckpt = copy / "checkpoints" / "step-4"
     _edit_json(ckpt / "manifest.json", lambda m: m.update(format_version=99))
@@ -226,9 +250,7 @@ def sharded_run(tmp_path_factory):
 
 @pytest.fixture
 def sharded_copy(sharded_run, tmp_path):
-    target = tmp_path / "sharded"
-    shutil.copytree(sharded_run, target)
-    return target
+    return shutil.copytree(sharded_run, tmp_path / "sharded")
 
 
 def _shard_toy():
