@@ -48,7 +48,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 from safetensors.numpy import load as np_load_bytes
-from safetensors.numpy import load_file as np_load_file
+from safetensors.numpy import load_file as np_load_file  # noqa: F401 - callbacks.load_best reads weights with it
 
 from ..errors import DataError
 from . import contents
@@ -175,9 +175,11 @@ def read_manifest(path: str) -> dict:
     try:
         files = manifest["files"]
         sharded = version == SHARDED_FORMAT_VERSION
-        needed = {"trainer.json"} if sharded else {"model.safetensors", "trainer.json"}
-        if not isinstance(files, dict) or not needed <= set(files):
-            raise ValueError(f"it lists no {' or '.join(sorted(needed))}")
+        needed = {"trainer.json"} if sharded else {"model.safetensors", "optimizer.safetensors", "trainer.json"}
+        if not isinstance(files, dict):
+            raise ValueError("its files are not a mapping")
+        if not needed <= set(files):
+            raise ValueError(f"it lists no {' and no '.join(sorted(needed - set(files)))}")
         if sharded:
             check_index(manifest.get("tensors"))
             unlisted = sorted({p["file"] for e in manifest["tensors"].values() for p in e["parts"]} - set(files))
@@ -186,8 +188,10 @@ def read_manifest(path: str) -> dict:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
     for name, meta in files.items():
-        if os.path.basename(name) != name or name in (MANIFEST, MANIFEST_DIGEST):
+        if os.path.basename(name) != name:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
+        if name in (MANIFEST, MANIFEST_DIGEST):
+            raise DataError(f"{manifest_path} lists {name}, which checks the files, among them: the checkpoint is damaged")
         if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
             raise DataError(f"{manifest_path} has a malformed entry for {name!r}: the checkpoint is damaged")
     return manifest
@@ -242,7 +246,7 @@ def _held_keys(path: str, manifest: dict) -> Tuple[list, list]:
         return [n for g, n in keys if g == "model"], [n for g, n in keys if g == "optimizer"]
     out = []
     for name in ("model.safetensors", "optimizer.safetensors"):
-        header, problem = safetensors_header(os.path.join(path, name)) if name in manifest["files"] else ({}, None)
+        header, problem = safetensors_header(os.path.join(path, name))
         if problem:
             raise ValueError(f"{name}: {problem}")
         out.append(list(header))
@@ -305,8 +309,7 @@ def read_verified(path: str) -> VerifiedCheckpoint:
             model_state, opt_tensors = assemble(manifest["tensors"], lambda name: tensors_from_buffer(data[name]))
         else:
             model_state = tensors_from_buffer(data.pop("model.safetensors"))
-            opt = data.pop("optimizer.safetensors", None)
-            opt_tensors = tensors_from_buffer(opt) if opt is not None else np_load_file(os.path.join(path, "optimizer.safetensors"))
+            opt_tensors = tensors_from_buffer(data.pop("optimizer.safetensors"))
         check_trainer_json(meta)
     except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
