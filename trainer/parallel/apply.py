@@ -32,7 +32,7 @@ from .. import distributed as dist
 from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
 from .layout import Layout
-from .pipeline import PipelineInference, PipelineSteps, require_pipeline_device, require_pipeline_model
+from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute
 
 logger = logging.getLogger("trainer")
@@ -206,8 +206,6 @@ def init_topology(layout: Layout, args) -> None:
     global _hybrid_key
     key = (tuple(sorted(layout.describe().items())), layout.order, layout.sharding_options, layout.tensor_options,
            layout.pipeline_options, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
-    if layout.pp_degree > 1:
-        require_pipeline_device(layout.pp_degree)
     if key != _hybrid_key:
         strategy = hybrid_strategy(layout, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
         with dist.stderr_to_debug("trainer.distributed"):

@@ -36,19 +36,6 @@ from ..data.batch import labels_of
 from ..errors import ConfigError, DataError, option
 
 
-def require_pipeline_device(degree: int) -> None:
-    """A ConfigError on a build of paddle whose pipeline layers cannot run: ``PipelineLayer`` reads each rank's card
-    (``ParallelEnv().device_id``), which a CPU build never sets (the GPU-only seam; CPU tests install a shim)."""
-    import paddle.distributed as pdist
-
-    try:
-        pdist.ParallelEnv().device_id
-    except AttributeError:
-        raise ConfigError(f"pipeline_parallel_degree={degree} needs a GPU (or XPU, custom device) build of paddle: its "
-                          "pipeline layers run on the card of each rank, and this CPU build has none; run on GPUs or "
-                          f"set {option('pipeline_parallel_degree', 1)}") from None
-
-
 def require_pipeline_model(model, degree: int) -> None:
     """A ConfigError naming the field when the model cannot be cut into stages (not a ``PipelineLayer``)."""
     from paddle.distributed.fleet.meta_parallel import PipelineLayer
