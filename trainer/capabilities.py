@@ -112,8 +112,9 @@ _GROUP_SHARDED = "paddle's group_sharded_parallel runs on GPU, XPU and custom de
 #: every layout and feature that not every build serves, in the order of the docs' table
 FEATURES = (
     Feature("data parallel", "nproc", lambda layout, args=None: layout.dp_degree if layout.dp_degree > 1 else None,
-            operations=("all_reduce", "broadcast")),
-    Feature("sharding stage1", "sharding", _stage(1), operations=("all_reduce", "broadcast", "reduce")),
+            operations=("all_reduce", "broadcast"), why="paddle's DataParallel all-reduces the gradients"),
+    Feature("sharding stage1", "sharding", _stage(1), operations=("all_reduce", "broadcast", "reduce"),
+            why="fleet's DygraphShardingOptimizer reduces the gradients and broadcasts the updated parameters"),
     Feature("stage1 split_param", "sharding_parallel_config",
             lambda layout, args=None: "split_param" if "split_param" in layout.sharding_options
             and layout.sharding_stage == 1 and layout.world_size > 1 else None,
@@ -133,10 +134,12 @@ FEATURES = (
             operations=("calc_stream",),
             why="its PipelineLayer runs on each rank's card and sends activations on the calculation stream",
             instead=lambda: f"set {option('pipeline_parallel_degree', 1)}"),
-    Feature("recompute", "recompute", lambda layout, args=None: True if layout.recompute else None),
+    Feature("recompute", "recompute", lambda layout, args=None: True if layout.recompute else None,
+            why="paddle's recompute: no collective, no device kernel of its own"),
     Feature("AMP fp16 / bf16", "amp",
             lambda layout, args=None: args.amp if args is not None and args.amp != "off" else None,
-            elsewhere={"cpu": "float32, one warning (paddle's auto_cast acts on GPU, XPU and custom devices)"}),
+            why="paddle's auto_cast acts on GPU, XPU and custom devices only",
+            elsewhere={"cpu": "trains in float32, one warning"}),
 )
 
 
@@ -210,11 +213,11 @@ def check_launch(args, world_size: int, gpus: Optional[str] = None) -> None:
 def where_it_runs() -> str:
     """The "what runs where" table of the docs, from :data:`FEATURES` and :data:`OPERATIONS`."""
     kinds = (("gpu", "GPUs (NCCL)"), ("cpu", "CPU build (gloo)"))
-    rows = ["| feature | field | " + " | ".join(title for _, title in kinds) + " |", "|---|---|---|---|"]
+    rows = ["| feature | field | " + " | ".join(title for _, title in kinds) + " | why |", "|---|---|---|---|---|"]
     for feature in FEATURES:
         cells = []
         for kind, _ in kinds:
             lacks = feature.lacks(Capabilities(device=kind))
             cells.append(f"refused (exit 2): needs {lacks}" if lacks else feature.elsewhere.get(kind, "runs"))
-        rows.append(f"| {feature.name} | `{feature.flag}` | " + " | ".join(cells) + " |")
+        rows.append(f"| {feature.name} | `{feature.flag}` | " + " | ".join(cells) + f" | {feature.why} |")
     return "\n".join(rows)
