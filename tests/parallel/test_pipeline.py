@@ -64,6 +64,9 @@ def test_two_stages_train_like_one_process(reference, tmp_path, micro_batches):
     assert r0["layout"]["pp_degree"] == 2 and r0["layout"]["dp_degree"] == 1 and r0["model"] == "PipelineParallel"
     assert r0["global_step"] == reference["global_step"] == STEPS
     assert r0["losses"] == r1["losses"]  # the last stage's loss, broadcast to the first at logging steps
+    # what callbacks see as the step's loss: None on the first stage (it has none), the loss itself on the last
+    assert r0["step_losses"] == [None] * STEPS, r0["step_losses"]
+    assert len(r1["step_losses"]) == STEPS and _max_diff(r1["step_losses"], r1["losses"]) <= 1e-6  # logging_steps 1
     diff = _max_diff(r0["losses"], reference["losses"])
     print(f"PARITY pp2 x {micro_batches} micro-batches: max loss difference {diff:.3g} over {STEPS} steps")
     assert diff <= 1e-6, (r0["losses"], reference["losses"])
