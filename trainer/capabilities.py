@@ -107,7 +107,15 @@ def _stage(n: int) -> Callable:
         if layout.sharding_stage == n and layout.world_size > 1 else None
 
 
+def _stage1_words(*words: str) -> Callable:
+    def asked(layout, args=None):
+        found = [w for w in layout.sharding_options if w in words]
+        return " ".join(found) if found and layout.sharding_stage == 1 and layout.world_size > 1 else None
+    return asked
+
+
 _GROUP_SHARDED = "paddle's group_sharded_parallel runs on GPU, XPU and custom devices only"
+_FUSED = ("enable_stage1_tensor_fusion", "enable_stage1_overlap")
 
 #: every layout and feature that not every build serves, in the order of the docs' table
 FEATURES = (
@@ -115,10 +123,12 @@ FEATURES = (
             operations=("all_reduce", "broadcast"), why="paddle's DataParallel all-reduces the gradients"),
     Feature("sharding stage1", "sharding", _stage(1), operations=("all_reduce", "broadcast", "reduce"),
             why="fleet's DygraphShardingOptimizer reduces the gradients and broadcasts the updated parameters"),
-    Feature("stage1 split_param", "sharding_parallel_config",
-            lambda layout, args=None: "split_param" if "split_param" in layout.sharding_options
-            and layout.sharding_stage == 1 and layout.world_size > 1 else None,
-            operations=("reduce_scatter",), why="paddle's sharding V2 reduce-scatters the gradients",
+    Feature("stage1 tensor fusion, overlap", "sharding_parallel_config", _stage1_words(*_FUSED), devices=("gpu",),
+            why="paddle's tensor fusion helper (the fused gradient buffers the overlap runs on) supports GPU, NPU "
+                "and XPU only", instead=lambda: f"drop {' and '.join(_FUSED)} from sharding_parallel_config"),
+    Feature("stage1 split_param", "sharding_parallel_config", _stage1_words("split_param"), devices=("gpu",),
+            operations=("reduce_scatter",),
+            why="paddle's sharding V2 reduce-scatters the gradients from fused buffers",
             instead=lambda: "drop split_param from sharding_parallel_config"),
     Feature("sharding stage2", "sharding", _stage(2), devices=("gpu",), why=_GROUP_SHARDED,
             instead=lambda: f"use {option('sharding', 'stage1')}"),

@@ -45,7 +45,9 @@ def unshimmed(monkeypatch):
     (["--tensor_parallel_degree", "2"], "--tensor_parallel_degree 2 needs a GPU"),
     (["--pipeline_parallel_degree", "2"], "--pipeline_parallel_degree 2 needs a GPU"),
     (["--sharding", "stage1", "--sharding_parallel_config", "split_param"],
-     "--sharding_parallel_config split_param needs reduce_scatter"),
+     "--sharding_parallel_config split_param needs a GPU"),
+    (["--sharding", "stage1", "--sharding_parallel_config", "enable_stage1_overlap"],
+     "--sharding_parallel_config enable_stage1_overlap needs a GPU"),
     (["--gpus", "0,1"], "--gpus 0,1 needs GPUs"),
 ])
 def test_ptrain_run_refuses_what_the_build_cannot_run_in_one_line_before_launching(tmp_path, flags, named):
@@ -81,6 +83,9 @@ def test_what_each_build_runs():
         "pipeline parallel": ["pipeline parallel"], "recompute": []}
     assert all(missing(gpu, layout) == [] for layout in asked.values())
     assert {"reduce_scatter", "alltoall", "calc_stream"}.isdisjoint(cpu.operations)  # measured on paddle 3.3.1's gloo
+    fused = Layout.plan(2, sharding="stage1", sharding_parallel_config="enable_stage1_tensor_fusion split_param")
+    assert [f.name for f in missing(cpu, fused)] == ["stage1 tensor fusion, overlap", "stage1 split_param"]
+    assert missing(cpu, Layout.plan(2, sharding="stage1", sharding_parallel_config="disable_stage1_reduce_avg")) == []
     assert missing(cpu, Layout.plan(1, sharding="stage3")) == []  # one process: no group_sharded at all
 
 

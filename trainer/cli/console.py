@@ -11,9 +11,9 @@ that say something true about the run, and the closing summary:
   line that ``warnings`` would echo (the bare ``warnings.warn(`` line);
 * known, harmless notices of paddle and its dependencies (:data:`NOISE`, each
   with the reason it is safe) are dropped;
-* paddle's own log lines and warnings below ERROR (fleet's ``[INFO] topology.py``
-  lines, "nccl reduce_avg requires paddle compiled with cuda", "rank 0 is not in
-  group ...", under every layout) stay off the console: paddle's loggers, which
+* paddle's and PaddleNLP's own log lines and warnings below ERROR (fleet's ``[INFO]
+  topology.py`` lines, "nccl reduce_avg requires paddle compiled with cuda", "rank 0
+  is not in group ...", under every layout) stay off the console: their loggers, which
   print through handlers of their own, hand their records to the project's
   handlers instead (:class:`LibraryLogger`), and a rank of paddle's launcher writes
   them to ``paddle.RANK.log`` beside its ``workerlog.RANK`` (the launcher's
@@ -61,7 +61,7 @@ _configured = {"verbose": False}
 
 #: the libraries whose log lines and warnings below ERROR go to the log file, not the console (logger names and the
 #: package a warning comes from)
-LIBRARIES = ("paddle",)
+LIBRARIES = ("paddle", "paddlenlp", "PaddleNLP")
 _LIBRARY_DIRS: tuple = ()   # the libraries' package folders (a warning's filename), set by configure
 
 
@@ -71,13 +71,25 @@ def is_library_record(record: logging.LogRecord) -> bool:
 
 
 class LibraryLogger(logging.Logger):
-    """The class of loggers made after :func:`configure`: paddle's ``get_logger`` gives each of its loggers a stream
-    handler of its own on stderr and turns propagation off; a library logger here keeps propagating instead, so
-    its records reach the project's handlers (the console shows them with ``--verbose``, the log file always)."""
+    """The class of loggers made after :func:`configure`: paddle's ``get_logger`` (and PaddleNLP's ``Logger``) give
+    each of their loggers a stream handler of its own on stderr and turn propagation off; a library logger here
+    drops that handler and keeps propagating, so its records reach the project's handlers (the console shows them
+    with ``--verbose``, a launched rank's log file always)."""
+
+    def __init__(self, name: str, level=logging.NOTSET):
+        self._library = name.split(".")[0] in LIBRARIES
+        super().__init__(name, level)
+
+    @property
+    def propagate(self) -> bool:
+        return self._propagate or self._library
+
+    @propagate.setter
+    def propagate(self, value: bool) -> None:
+        self._propagate = value
 
     def addHandler(self, hdlr: logging.Handler) -> None:  # noqa: N802 - logging's name
-        if self.name.split(".")[0] in LIBRARIES and _writes_to_console(hdlr):
-            self.propagate = True
+        if self._library and _writes_to_console(hdlr):
             return
         super().addHandler(hdlr)
 
