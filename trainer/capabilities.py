@@ -4,8 +4,8 @@ The table (:class:`Capabilities`) holds the device kind the ranks train on (``gp
 ``TrainingArguments.device`` resolves to), the backends paddle is compiled with (CUDA, XPU, custom devices), the
 collective backend of that device kind (NCCL on GPUs, gloo on CPU) and the operations that backend has
 (:data:`OPERATIONS`, measured on paddle 3.3.1: gloo has no ``reduce_scatter``, no ``alltoall`` and nothing on the
-calculation stream). Every layout and feature that needs more than every build has is one row of
-:data:`FEATURES`: the device kinds its paddle code runs on and the collective operations it calls.
+calculation stream). Every layout and feature the arguments turn on is one row of :data:`FEATURES`: the device
+kinds its paddle code runs on and the collective operations it calls.
 :func:`check_arguments` asks the table for every feature the arguments turn on and refuses the first the build
 lacks with one :class:`~trainer.errors.ConfigError` line (exit 2) naming the field and what it needs:
 ``TrainingArguments`` asks at construction (a user's script; every rank of ``ptrain launch``), ``ptrain run``
@@ -81,7 +81,7 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Feature:
-    """One layout or feature that not every build serves: what turns it on and what it needs."""
+    """One layout or feature: what turns it on and what it needs of the build."""
 
     name: str                                  # as the "what runs where" table names it
     flag: str                                  # the TrainingArguments field that asks for it
@@ -117,7 +117,7 @@ def _stage1_words(*words: str) -> Callable:
 _GROUP_SHARDED = "paddle's group_sharded_parallel runs on GPU, XPU and custom devices only"
 _FUSED = ("enable_stage1_tensor_fusion", "enable_stage1_overlap")
 
-#: every layout and feature that not every build serves, in the order of the docs' table
+#: every layout and feature the arguments turn on, in the order of the docs' table
 FEATURES = (
     Feature("data parallel", "nproc", lambda layout, args=None: layout.dp_degree if layout.dp_degree > 1 else None,
             operations=("all_reduce", "broadcast"), why="paddle's DataParallel all-reduces the gradients"),
