@@ -20,9 +20,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
-from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
 from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
+from .capabilities import check_arguments
+from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
+from .device import DEVICES  # the one list of device choices (re-exported: trainer.args.DEVICES)
 from .errors import ConfigError, option
 from .parallel.layout import Layout
 
@@ -31,7 +33,6 @@ AMP_LEVELS = ("O1", "O2")
 SCHEDULERS = ("constant", "linear", "cosine", "step", "multistep")
 OPTIMIZERS = ("adamw", "momentum", "sgd")
 STRATEGIES = ("no", "steps", "epoch")
-DEVICES = ("auto", "cpu", "gpu")
 
 
 @dataclass
@@ -197,6 +198,7 @@ class TrainingArguments(PaddleNLPFields):
         launched = "PADDLE_TRAINERS_NUM" in os.environ
         layout = Layout.from_args(self, self.world_size if launched else max(self.world_size, self._least_ranks()),
                                   self.process_index)
+        check_arguments(self, layout)  # what this build cannot run: one line, before any group or model is made
         if launched and layout.world_size > 1 and (layout.mp_degree > 1 or layout.pp_degree > 1):
             # fleet's parallel layers read its groups when the model is built after these arguments (as in PaddleNLP)
             from .parallel.apply import init_topology
