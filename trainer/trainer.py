@@ -470,6 +470,10 @@ class Trainer(PaddleNLPAPI):
                 break
             state.epoch = epoch
             state.step_in_epoch = start_step if epoch == start_epoch else 0
+            if not iterable.is_iterable(self.train_dataset):  # a length that changed: said, or a DataError (samplers)
+                grown = self._train_sampler.length_changed(len(self.train_dataset), epoch)
+                if grown and self.is_main_process:
+                    logger.warning(grown)
             self._train_sampler.set_epoch(epoch, start_batch=state.step_in_epoch * self.args.gradient_accumulation_steps)
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
