@@ -149,26 +149,21 @@ def data_changes(old: dict, new: dict) -> str | None:
 
 
 def checked(dataset, old: dict, new: dict | None, mode: str, samples) -> str:
-    """What a resume compared of the training data and found equal, in one phrase (the resume line)."""
-    paths = data_files(dataset)
+    """What a resume compared of the training data and found equal, in one line (said on rank 0)."""
     if new is None:
-        return (f"data: {_count(samples)} samples, as in the checkpoint (the dataset gives no {HOOK}() or "
+        return (f"training data: {_count(samples)} samples, as in the checkpoint (the dataset gives no {HOOK}() or "
                 f"{FILES_HOOK}(): only their number is compared, not what they hold)")
-    own = _own_fingerprint(dataset) is not None
-    what = getattr(dataset, CHECKS_HOOK, None) if own else "paths and sizes"
-    head = f"data: {_count(len(paths))} file{'s' if len(paths) != 1 else ''}, " if paths is not None else ""
-    if what:
-        head += f"{what} match"
-    else:
-        head += f"the dataset's {HOOK}() matches"
+    paths = data_files(dataset)
+    what = getattr(dataset, CHECKS_HOOK, None) if _own_fingerprint(dataset) is not None else "paths and sizes"
+    line = "training data: " + (f"{_count(len(paths))} file{'s' if len(paths) != 1 else ''}, " if paths is not None else "")
+    line += f"{what} match" if what else f"the dataset's {HOOK}() matches"
     if paths is None:
-        return head
+        return line
     if isinstance(old.get(CONTENT), dict) and isinstance(new.get(CONTENT), dict):
-        return f"{head}, and their contents too ({CONTENT_HASH} of every file)"
+        return f"{line}, and their contents too ({CONTENT_HASH} of every file)"
     if mode == "content":
-        return (f"{head} (contents not compared: the checkpoint recorded none; the checkpoints this run writes "
-                f"record them)")
-    return f"{head} (contents not checked; {option('data_fingerprint', 'content')} checks them)"
+        return f"{line} (contents not compared: the checkpoint recorded none; the checkpoints this run writes record them)"
+    return f"{line} (contents not checked; {option('data_fingerprint', 'content')} checks them)"
 
 
 def _changes(old: dict, new: dict) -> str | None:

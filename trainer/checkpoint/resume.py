@@ -121,7 +121,7 @@ def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: 
     what = None if new is None else data_changes(old, new)  # a dataset without the hook: its length was compared
     if what is None:
         if main:
-            logger.info("resume: %s", checked(dataset, old or {}, new, mode, meta.get("train_samples")))
+            logger.info("%s", checked(dataset, old or {}, new, mode, meta.get("train_samples")))
         return
     if allow_change:
         if main:

@@ -18,10 +18,15 @@ from patience import patience
 from PIL import Image
 
 from trainer import ConfigError, Trainer, TrainingArguments
-from trainer.checkpoint.fingerprint import CHUNK, LISTED_FILES, content_fingerprint, data_changes
+from trainer.checkpoint.fingerprint import (
+    CHUNK,
+    LISTED_FILES,
+    content_fingerprint,
+    data_changes,
+)
 
-BASE = dict(per_device_train_batch_size=8, max_steps=4, save_steps=2, logging_steps=2, report_to=[],
-            evaluation_strategy="no", save_async=False)
+BASE = {"per_device_train_batch_size": 8, "max_steps": 4, "save_steps": 2, "logging_steps": 2, "report_to": [],
+        "evaluation_strategy": "no", "save_async": False}
 NOT_CHECKED = "(contents not checked; --data_fingerprint content checks them)"
 NOT_CHECKED_API = NOT_CHECKED.replace("--data_fingerprint content", 'data_fingerprint="content"')  # as the API spells it
 
@@ -29,7 +34,7 @@ NOT_CHECKED_API = NOT_CHECKED.replace("--data_fingerprint content", 'data_finger
 def ptrain(*args, cwd):
     return subprocess.run([sys.executable, "-m", "trainer.cli", "run", *args, "--evaluation_strategy", "no",
                            "--disable_tqdm", "true", "--save_steps", "2", "--output_dir", "run"],
-                          capture_output=True, text=True, cwd=cwd, timeout=patience(600),
+                          check=False, capture_output=True, text=True, cwd=cwd, timeout=patience(600),
                           env=dict(os.environ, PYTHONPATH=REPO))
 
 
@@ -73,7 +78,7 @@ def test_one_pixel_of_an_imagefolder_image_is_caught_by_the_content_check_only(t
     # the default compares paths and sizes, and says so (and that contents were not read)
     resumed = ptrain(*resnet, "--max_steps", "4", "--resume_from_checkpoint", "auto", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resume: data: 8 files, paths and sizes match {NOT_CHECKED}" in resumed.stderr
+    assert f"training data: 8 files, paths and sizes match {NOT_CHECKED}" in resumed.stderr
     assert "step-4" in checkpoints(tmp_path / "run")
 
 
@@ -109,7 +114,7 @@ def test_one_line_of_ernies_training_file_is_caught_by_the_content_check_only(tm
 
     resumed = ptrain(*ernie, "--max_steps", "4", "--resume_from_checkpoint", "auto", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resume: data: 1 file, paths and sizes match {NOT_CHECKED}" in resumed.stderr
+    assert f"training data: 1 file, paths and sizes match {NOT_CHECKED}" in resumed.stderr
 
 
 class Files(ToyDataset):
@@ -142,7 +147,7 @@ def test_the_default_reads_no_contents_and_says_what_it_compared(tmp_path, caplo
     assert recorded["files"] == {"rows.bin": 100, "pipe": 0} and "content" not in recorded
     with caplog.at_level(logging.INFO, logger="trainer.resume"):
         assert fit(tmp_path / "run", Files(data.paths), resume_from_checkpoint="auto").state.global_step == 4
-    assert f"resume: data: 2 files, paths and sizes match {NOT_CHECKED_API}" in caplog.text
+    assert f"training data: 2 files, paths and sizes match {NOT_CHECKED_API}" in caplog.text
 
     (tmp_path / "rows.bin").write_bytes(b"y" * 101)  # another size: refused without reading anything
     with pytest.raises(ConfigError, match=r"\(files: 1 changed \(rows.bin: 100 -> 101\)\)"):
@@ -159,10 +164,15 @@ def test_the_content_check_needs_named_files_and_says_when_the_checkpoint_has_no
     fit(tmp_path / "b", Files([tmp_path / "rows.bin"]), max_steps=2)
     with caplog.at_level(logging.INFO, logger="trainer.resume"):
         fit(tmp_path / "b", Files([tmp_path / "rows.bin"]), resume_from_checkpoint="auto", data_fingerprint="content")
-    assert ("resume: data: 1 file, paths and sizes match (contents not compared: the checkpoint recorded none; the "
+    assert ("training data: 1 file, paths and sizes match (contents not compared: the checkpoint recorded none; the "
             "checkpoints this run writes record them)") in caplog.text
     with open(tmp_path / "b" / "checkpoints" / "step-4" / "trainer.json", encoding="utf-8") as f:
         assert json.load(f)["data_fingerprint"]["content"]["count"] == 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="trainer.resume"):
+        fit(tmp_path / "b", Files([tmp_path / "rows.bin"]), resume_from_checkpoint="auto", data_fingerprint="content",
+            max_steps=6)
+    assert "training data: 1 file, paths and sizes match, and their contents too (blake2b-128 of every file)" in caplog.text
 
 
 def test_above_the_listed_files_a_changed_file_is_named_by_its_group(tmp_path):
