@@ -7,12 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from trainer.data import (
-    ResumableDistributedBatchSampler,
-    SeededDataset,
-    close_iterator,
-    make_loader,
-)
+from trainer.data import ResumableDistributedBatchSampler, SeededDataset, close_iterator, make_loader
 from trainer.data.batch import AssembledBatch, default_collate
 
 

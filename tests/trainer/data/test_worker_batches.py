@@ -16,18 +16,9 @@ from patience import patience
 
 from callbacks import Callback
 from trainer import Trainer, TrainingArguments
-from trainer.data import (
-    ResumableDistributedBatchSampler,
-    close_iterator,
-    make_loader,
-    worker_batches,
-)
-from trainer.data.batch import (
-    AssembledBatch,
-    batch_array,
-    batch_memory,
-    default_collate,
-)
+from trainer.data import ResumableDistributedBatchSampler, close_iterator, make_loader
+from trainer.data import worker_batches
+from trainer.data.batch import AssembledBatch, batch_array, batch_memory, default_collate
 from trainer.errors import WorkerKilled
 
 
