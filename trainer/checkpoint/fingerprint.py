@@ -71,13 +71,11 @@ def data_fingerprint(dataset, mode: str = "sizes") -> dict | None:
     DataError (one line) when the method returns anything else, or a dict that is not JSON. What the trainer
     computes (sizes of the files, contents) is computed once per dataset."""
     value = _own_fingerprint(dataset)
-    if value is None:
-        paths = data_files(dataset)
-        value = None if paths is None else _once(dataset, "sizes", lambda: files_fingerprint(paths))
-    if mode == "content" and value is not None:
-        paths = data_files(dataset)
-        if paths is not None:
-            value = dict(value, **{CONTENT: _once(dataset, "content", lambda: content_fingerprint(paths))})
+    named = _has(dataset, FILES_HOOK)
+    if value is None and named:
+        value = _once(dataset, "sizes", lambda: files_fingerprint(data_files(dataset)))
+    if mode == "content" and value is not None and named:
+        value = dict(value, **{CONTENT: _once(dataset, "content", lambda: content_fingerprint(data_files(dataset)))})
     return value
 
 
@@ -92,9 +90,9 @@ def check_mode(dataset, mode: str) -> None:
 
 def data_files(dataset) -> list[str] | None:
     """The paths the dataset's ``data_files`` hook names (a method or a sequence attribute), or None."""
-    hook = getattr(dataset, FILES_HOOK, None)
-    if hook is None or isinstance(hook, (str, bytes)):
+    if not _has(dataset, FILES_HOOK):
         return None
+    hook = getattr(dataset, FILES_HOOK)
     paths = hook() if callable(hook) else hook
     return None if paths is None else [os.fspath(p) for p in paths]
 
@@ -113,15 +111,23 @@ def content_fingerprint(paths: Sequence[str]) -> dict:
     names with hashes, and the listing name -> hash (chunked as in :func:`files_fingerprint`)."""
     names = _names_of(paths)
     with ThreadPoolExecutor(min(_THREADS, max(1, len(paths)))) as pool:
-        hashes = list(pool.map(_file_hash, paths, chunksize=64))
+        hashes = list(pool.map(_file_hash, paths))
     return {"hash": CONTENT_HASH, "digest": _digest(names, hashes), "count": len(names),
             "files": _listing(names, hashes)}
 
 
+def _has(dataset, name: str) -> bool:
+    """Whether the dataset has the hook ``name``: a method, or an attribute of the hook's kind (a string or a dict
+    for ``fingerprint``, a list or tuple of paths for ``data_files``); an attribute of that name that is not ours
+    (an array of chemical fingerprints) is not one."""
+    hook = getattr(dataset, name, None)
+    return hook is not None and (callable(hook) or isinstance(hook, (str, dict) if name == HOOK else (list, tuple)))
+
+
 def _own_fingerprint(dataset) -> dict | None:
-    hook = getattr(dataset, HOOK, None)
-    if hook is None or not (callable(hook) or isinstance(hook, (str, dict))):
-        return None  # none, or an attribute of that name that is not ours (an array of chemical fingerprints)
+    if not _has(dataset, HOOK):
+        return None
+    hook = getattr(dataset, HOOK)
     value = hook() if callable(hook) else hook
     if isinstance(value, str):
         value = {"digest": value}
@@ -153,11 +159,15 @@ def checked(dataset, old: dict, new: dict | None, mode: str, samples) -> str:
     if new is None:
         return (f"training data: {_count(samples)} samples, as in the checkpoint (the dataset gives no {HOOK}() or "
                 f"{FILES_HOOK}(): only their number is compared, not what they hold)")
-    paths = data_files(dataset)
-    what = getattr(dataset, CHECKS_HOOK, None) if _own_fingerprint(dataset) is not None else "paths and sizes"
-    line = "training data: " + (f"{_count(len(paths))} file{'s' if len(paths) != 1 else ''}, " if paths is not None else "")
+    named = _has(dataset, FILES_HOOK)
+    what = getattr(dataset, CHECKS_HOOK, None) if _has(dataset, HOOK) else "paths and sizes"
+    line = "training data: "
+    if named:
+        count = (None if _has(dataset, HOOK) else new.get("count")) or (new.get(CONTENT) or {}).get("count") \
+            or len(data_files(dataset))
+        line += f"{_count(count)} file{'s' if count != 1 else ''}, "
     line += f"{what} match" if what else f"the dataset's {HOOK}() matches"
-    if paths is None:
+    if not named:
         return line
     if isinstance(old.get(CONTENT), dict) and isinstance(new.get(CONTENT), dict):
         return f"{line}, and their contents too ({CONTENT_HASH} of every file)"
