@@ -10,7 +10,7 @@ import os
 import sys
 
 import pytest
-from helpers import launch
+from helpers import REPO, free_port, launch, run_launch
 
 from trainer import DataError
 
@@ -55,3 +55,23 @@ def test_on_two_processes_a_grown_dataset_keeps_both_ranks_on_the_planned_order(
     with open(tmp_path / "logs" / "workerlog.0") as f:
         assert "56 samples at the start of epoch 1, 40 when this run was planned" in f.read()
     del proc
+
+
+@pytest.mark.timeout(600)
+def test_on_two_processes_a_shrunk_dataset_stops_both_ranks_at_the_epoch_start(tmp_path):
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--master",
+           f"127.0.0.1:{free_port()}", "--log_dir", str(tmp_path / "logs"), WORKER, str(tmp_path), "30"]
+    proc = run_launch(cmd, str(tmp_path / "logs"), dict(os.environ, PYTHONPATH=REPO), timeout=300)
+    assert proc.returncode != 0
+    with open(tmp_path / "rank0.json") as f:
+        rank0 = json.load(f)
+    assert rank0["steps"] == 3 and rank0["status"] == "failed"  # the first epoch, whole
+    assert sorted(rank0["asked"]) == sorted(set(rank0["asked"])) and len(rank0["asked"]) == 20  # epoch 0 only
+    with open(tmp_path / "logs" / "workerlog.0") as f:
+        assert "DataError: the training dataset has 30 samples at the start of epoch 1, 40 when this run was " \
+               "planned" in f.read()
+    if os.path.exists(tmp_path / "rank1.json"):  # rank 1 stops the same way, unless the launcher ended it first
+        with open(tmp_path / "rank1.json") as f:
+            rank1 = json.load(f)
+        assert rank1["steps"] == 3 and len(rank1["asked"]) == 20
+        assert sorted(rank0["asked"] + rank1["asked"]) == list(range(40))  # epoch 0 whole, nothing of epoch 1
