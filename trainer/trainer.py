@@ -32,7 +32,7 @@ from .checkpoint import writer as ckpt_writer
 from .checkpoint.load import load_checkpoint, reslice_optimizer
 from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
-from .checkpoint.fingerprint import check_mode
+from .checkpoint.fingerprint import begin_fit
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.sharded import write as write_checkpoint
 from .checkpoint.snapshot import snapshot
@@ -434,7 +434,7 @@ class Trainer(PaddleNLPAPI):
         a = self.args
         set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
-        check_mode(self.train_dataset, a.data_fingerprint)  # content: the dataset must name its files
+        begin_fit(self.train_dataset, a.data_fingerprint)  # what the files' fingerprint may reuse; content needs files
         resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()

@@ -61,7 +61,7 @@ LISTED_FILES = 5000
 CHUNK = 1000
 _THREADS = 8  # reads and blake2b release the GIL: threads overlap the disk's latency and use the cores
 _SHOWN = 3  # entries named per kind of change
-_computed = weakref.WeakKeyDictionary()  # dataset -> {mode: the trainer's part of its fingerprint}, computed once
+_computed = weakref.WeakKeyDictionary()  # dataset -> {mode: the trainer's part of its fingerprint}, once per fit()
 
 
 def data_fingerprint(dataset, mode: str = "sizes") -> dict | None:
@@ -69,7 +69,7 @@ def data_fingerprint(dataset, mode: str = "sizes") -> dict | None:
     hook (a method, or a string or dict attribute), else the paths and sizes of its ``data_files``; with ``mode``
     ``content`` the hashes of those files' bytes under :data:`CONTENT` too. None when it has neither hook.
     DataError (one line) when the method returns anything else, or a dict that is not JSON. What the trainer
-    computes (sizes of the files, contents) is computed once per dataset."""
+    computes (sizes of the files, contents) is computed once per fit() (see :func:`begin_fit`)."""
     value = _own_fingerprint(dataset)
     named = _has(dataset, FILES_HOOK)
     if value is None and named:
@@ -79,9 +79,14 @@ def data_fingerprint(dataset, mode: str = "sizes") -> dict | None:
     return value
 
 
-def check_mode(dataset, mode: str) -> None:
-    """ConfigError (one line) when ``mode`` is ``content`` and the dataset names no files to hash; run before
-    training (a fresh run finds out before its first save, not at it)."""
+def begin_fit(dataset, mode: str) -> None:
+    """At the start of each ``fit()``, before the resume check: forget what an earlier fit() computed of this
+    dataset's files (they may have changed since), and refuse (ConfigError, one line) ``mode`` content for a dataset
+    that names no files to hash (a fresh run finds out now, not at its first save)."""
+    try:
+        _computed.pop(dataset, None)
+    except TypeError:
+        pass  # not weakly referable: nothing was kept
     if mode == "content" and dataset is not None and data_files(dataset) is None:
         raise ConfigError(f"{option('data_fingerprint', 'content')}: the training dataset ({type(dataset).__name__}) "
                           f"names no files to hash: give it a {FILES_HOOK}() method returning its file paths "

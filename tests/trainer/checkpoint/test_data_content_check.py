@@ -149,9 +149,9 @@ def test_the_default_reads_no_contents_and_says_what_it_compared(tmp_path, caplo
         assert fit(tmp_path / "run", Files(data.paths), resume_from_checkpoint="auto").state.global_step == 4
     assert f"training data: 2 files, paths and sizes match {NOT_CHECKED_API}" in caplog.text
 
-    (tmp_path / "rows.bin").write_bytes(b"y" * 101)  # another size: refused without reading anything
-    with pytest.raises(ConfigError, match=r"\(files: 1 changed \(rows.bin: 100 -> 101\)\)"):
-        fit(tmp_path / "run", Files(data.paths), resume_from_checkpoint="auto", max_steps=6)
+    (tmp_path / "rows.bin").write_bytes(b"y" * 101)  # another size: refused without reading anything, also when
+    with pytest.raises(ConfigError, match=r"\(files: 1 changed \(rows.bin: 100 -> 101\)\)"):  # the same object
+        fit(tmp_path / "run", data, resume_from_checkpoint="auto", max_steps=6)  # fingerprinted the old files before
 
 
 def test_the_content_check_needs_named_files_and_says_when_the_checkpoint_has_no_contents(tmp_path, caplog):
