@@ -162,6 +162,11 @@ def data_changes(old: dict, new: dict) -> str | None:
 def checked(dataset, old: dict, new: dict | None, mode: str, samples) -> str:
     """What a resume compared of the training data and found equal, in one line (said on rank 0)."""
     if new is None:
+        if samples is None:
+            return "training data: a stream (IterableDataset) without a fingerprint: nothing of it is compared"
+        if _has(dataset, HOOK) or _has(dataset, FILES_HOOK):
+            return (f"training data: {_count(samples)} samples, as in the checkpoint (it recorded no fingerprint of "
+                    f"them to compare; the checkpoints this run writes do)")
         return (f"training data: {_count(samples)} samples, as in the checkpoint (the dataset gives no {HOOK}() or "
                 f"{FILES_HOOK}(): only their number is compared, not what they hold)")
     named = _has(dataset, FILES_HOOK)
