@@ -167,7 +167,7 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
         "loss_window": loss_window,
         "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
-        "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
+        "data_fingerprint": data_fingerprint(trainer.train_dataset, trainer.args.data_fingerprint),  # compared on resume (fingerprint.py)
     }
 
 
