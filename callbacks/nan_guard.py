@@ -174,9 +174,10 @@ class NaNGuard(Callback):
         if not self._guarding(trainer):
             return
         loss = trainer.state.step_loss
-        if loss is None:
+        if loss is None and trainer.world_size == 1:
             return
-        flag = paddle.logical_not(paddle.isfinite(loss).all())
+        # a rank without the loss (a pipeline stage before the last) still joins the agreement
+        flag = paddle.zeros([], dtype="bool") if loss is None else paddle.logical_not(paddle.isfinite(loss).all())
         if trainer.world_size > 1:  # the same decision on every rank, without a host sync
             flag = dist.all_reduce_sum(flag.astype("int32")) > 0
         self.scaler.skip_if(flag)

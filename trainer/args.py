@@ -20,9 +20,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
-from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
 from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
                            normalize_aliases_before, validate_best_model)
+from .capabilities import check_arguments
+from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
+from .device import DEVICES  # the one list of device choices (re-exported: trainer.args.DEVICES)
 from .errors import ConfigError, option
 from .parallel.layout import Layout
 
@@ -31,7 +33,7 @@ AMP_LEVELS = ("O1", "O2")
 SCHEDULERS = ("constant", "linear", "cosine", "step", "multistep")
 OPTIMIZERS = ("adamw", "momentum", "sgd")
 STRATEGIES = ("no", "steps", "epoch")
-DEVICES = ("auto", "cpu", "gpu")
+DATA_FINGERPRINTS = ("sizes", "content")  # trainer.checkpoint.fingerprint.MODES
 
 
 @dataclass
@@ -105,6 +107,7 @@ class TrainingArguments(PaddleNLPFields):
     save_on_preemption: bool = field(default=True, metadata={"help": "on SIGTERM, SIGINT, SIGHUP or SIGUSR1 save the step the ranks stop at, even with save_strategy no; false: save nothing then (the exit line says what is on disk)"})
     resume_from_checkpoint: Optional[str] = field(default=None, metadata={"help": "checkpoint directory, or auto (or true) for the latest in output_dir"})
     resume_allow_data_change: bool = field(default=False, metadata={"help": "resume even when the training data's fingerprint (an ImageFolder's files and sizes, or the dataset's fingerprint()) differs from the checkpoint's; by default that is refused (exit 2)"})
+    data_fingerprint: str = field(default="sizes", metadata={"help": "what each checkpoint records of the training data's files and a resume compares: sizes (their paths and sizes, one os.stat per file) | content (also a blake2b hash of every file the dataset names with data_files(), read on rank 0 at the first save and at a resume: about 200 s of CPU per million 110 KB files, plus reading them; docs/how-to/resume.md)"})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "start afresh in an output_dir that holds another run's checkpoints: they are moved aside, then deleted"})
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
@@ -176,6 +179,7 @@ class TrainingArguments(PaddleNLPFields):
         _choice("lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         _choice("amp", self.amp, AMP_CHOICES)
         _choice("amp_level", self.amp_level, AMP_LEVELS)
+        _choice("data_fingerprint", self.data_fingerprint, DATA_FINGERPRINTS)
         _choice("evaluation_strategy", self.evaluation_strategy, STRATEGIES)
         _choice("save_strategy", self.save_strategy, STRATEGIES)
         _choice("logging_strategy", self.logging_strategy, STRATEGIES)
@@ -197,6 +201,7 @@ class TrainingArguments(PaddleNLPFields):
         launched = "PADDLE_TRAINERS_NUM" in os.environ
         layout = Layout.from_args(self, self.world_size if launched else max(self.world_size, self._least_ranks()),
                                   self.process_index)
+        check_arguments(self, layout)  # what this build cannot run: one line, before any group or model is made
         if launched and layout.world_size > 1 and (layout.mp_degree > 1 or layout.pp_degree > 1):
             # fleet's parallel layers read its groups when the model is built after these arguments (as in PaddleNLP)
             from .parallel.apply import init_topology

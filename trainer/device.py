@@ -27,8 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Mapping
 
-from .args import DEVICES  # the one list of device choices (validated there for TrainingArguments)
 from .errors import ConfigError, option
+
+#: the one list of device choices (TrainingArguments.device validates against it)
+DEVICES = ("auto", "cpu", "gpu")
 
 
 @dataclass(frozen=True)

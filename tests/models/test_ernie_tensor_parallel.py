@@ -36,6 +36,9 @@ def test_tensor_parallel_ernie_trains_exports_predicts_and_serves(tmp_path, data
                    for f in sorted(os.listdir(out / "launch_logs"))) if (out / "launch_logs").is_dir() else ""
     assert proc.returncode == 0, proc.stderr[-2000:] + logs
     assert "dp 1 x mp 2" in logs
+    from parallel.quiet import foreign_lines
+
+    assert foreign_lines(proc.stdout, proc.stderr) == [], proc.stdout + proc.stderr  # a quiet console (issue 39 item 7)
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert results["eval_samples"] == 60  # each sample once: the two ranks of the tp group read the same batches
     inference = str(out / "inference")

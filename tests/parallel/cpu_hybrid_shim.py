@@ -19,6 +19,8 @@ each with the same arithmetic, and nothing else:
    CPU kernel): an all-gather over the group and a concatenation on the last axis, whose gradient is this rank's
    slice, as the op's (``c_split``). Called by PaddleNLP's ``parallel_matmul`` when a tensor-parallel model
    gathers its logits (``tensor_parallel_output=False``) and by ColumnParallelLinear with ``gather_output=True``.
+6. the product's own refusal of tensor and pipeline parallel on a CPU build (``trainer.capabilities``, before
+   anything is launched): lifted in this process through its test-only ``grant_for_tests``.
 
 What only this shim exercises (a GPU runs them unshimmed: benchmarks/gpu_check.py): NCCL's in-stream all-reduce
 and point-to-point calls above, the c_identity kernel, and the device id a GPU rank reads from its launcher.
@@ -93,4 +95,7 @@ def install() -> None:
     from paddle.distributed.fleet.layers.mpu import mp_ops
 
     collective._c_concat = mp_ops._c_concat = _c_concat
+    from trainer.capabilities import grant_for_tests
+
+    grant_for_tests(("tensor parallel", "pipeline parallel"), by=__name__)  # 6.
     _installed = True

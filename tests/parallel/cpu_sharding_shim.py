@@ -17,6 +17,8 @@ exactly these, and nothing else:
    ``GroupShardedOptimizerStage2.__init__``; ``GroupShardedStage3.__init__`` hands it to its clip, whose
    ``_dygraph_clip`` splits it too and moves the norm to CUDA when the device is "cpu"): "cpu:0" when,
    and only when, those three ask (stage 3's own reading of "cpu:0" is what it reads of "cpu").
+6. the product's own refusal of stages 2 and 3 on a CPU build (``trainer.capabilities``, before anything is
+   launched): lifted in this process through its test-only ``grant_for_tests``.
 
 What only this shim exercises (the GPU runs them unshimmed: benchmarks/gpu_check.py): the guards above,
 the CUDA copies they stand for, and every stage 2/3 collective over NCCL instead of gloo.
@@ -92,4 +94,7 @@ def install() -> None:
             core.eager.Tensor.cpu = cpu
 
     storage.ParamStorage._add_param_as_view = add_param_as_view
+    from trainer.capabilities import grant_for_tests
+
+    grant_for_tests(("sharding stage2", "sharding stage3"), by=__name__)  # 6.
     _installed = True

@@ -169,3 +169,29 @@ def test_a_nan_in_one_ranks_slice_is_skipped_on_every_rank(tmp_path):
     two = two_processes(str(tmp_path / "two"), str(tmp_path / "logs"), mp=2, **opts)
     assert one["skipped_steps"] == two["skipped_steps"] == result(str(tmp_path / "two"), 1)["skipped_steps"] == 1
     assert max_diff(one["losses"], two["losses"]) <= 1e-6, (one["losses"], two["losses"])
+
+
+PLAIN_MODEL = """
+import os, sys
+sys.path.append(os.path.join({repo!r}, "tests"))
+import parallel.cpu_hybrid_shim as shim  # test-only: paddle's GPU-only paths of tensor parallel on CPU
+shim.install()
+import paddle
+from helpers import ToyDataset, make_mlp
+from trainer import Trainer, TrainingArguments
+args = TrainingArguments(output_dir=sys.argv[1], tensor_parallel_degree=2, max_steps=2, report_to=[],
+                         evaluation_strategy="no", save_strategy="no", per_device_train_batch_size=8)
+Trainer(make_mlp(), args, train_dataset=ToyDataset(32), loss_fn=paddle.nn.CrossEntropyLoss()).fit()
+"""
+
+
+def test_a_model_without_parallel_layers_trains_with_one_warning_line(tmp_path):
+    """tensor_parallel_degree=2 on a plain MLP (no fleet parallel layers): it trains unsplit, and rank 0 says so in
+    one warning line (issue 40's note: it used to say nothing)."""
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_MODEL.format(repo=REPO))
+    logs = str(tmp_path / "logs")
+    launch(str(script), [tmp_path / "out"], nproc=2, log_dir=logs, timeout=patience(300))
+    said = [open(os.path.join(logs, f"workerlog.{rank}")).read().count("Sequential has no tensor-parallel layers")
+            for rank in (0, 1)]
+    assert said == [1, 0]

@@ -55,3 +55,14 @@ def test_a_dimension_that_does_not_split_is_named():
     model, opt = whole_state()
     with pytest.raises(ValueError, match="0.bias has 6 rows on axis 0, which do not split over tensor_parallel_degree=4"):
         local_blocks({"0.bias": 0}, 0, 4, model, opt)
+
+
+def test_a_model_without_tensor_parallel_layers_is_named_in_one_warning_line():
+    from trainer.parallel.apply import unsplit_model_warning
+    from trainer.parallel.layout import Layout
+
+    plain = paddle.nn.Sequential(paddle.nn.Linear(4, 6), paddle.nn.Linear(6, 4))
+    warning = unsplit_model_warning(plain, Layout.plan(2, tensor_parallel_degree=2))
+    assert warning.startswith("tensor_parallel_degree=2 but Sequential has no tensor-parallel layers") and "\n" not in warning
+    assert unsplit_model_warning(split_model(), Layout.plan(2, tensor_parallel_degree=2)) is None
+    assert unsplit_model_warning(plain, Layout.plan(2)) is None

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from trainer.compat.paddlenlp_fields import PaddleNLPFields
-from trainer.args import AMP_CHOICES, AMP_LEVELS, DEVICES, OPTIMIZERS, REPORTERS, SCHEDULERS, STRATEGIES
+from trainer.args import AMP_CHOICES, AMP_LEVELS, DATA_FINGERPRINTS, DEVICES, OPTIMIZERS, REPORTERS, SCHEDULERS, STRATEGIES
 from trainer.args import TrainingArguments, load_yaml_mapping, parse_overrides
 from trainer.errors import ConfigError
 
@@ -158,6 +158,7 @@ VALID = {
     "resume_from_checkpoint": st.none() | st.just("auto") | path_text.filter(
         lambda s: s.strip().lower() not in ("true", "yes", "1", "false", "no", "0")),
     "device": st.sampled_from([d for d in DEVICES if d != "auto"]),  # auto is resolved to gpu or cpu
+    "data_fingerprint": st.sampled_from(DATA_FINGERPRINTS),
     # PaddleNLP spellings that change other fields (tested in tests/compat/test_args_compat.py)
     "fp16": st.just(False),
     "bf16": st.just(False),

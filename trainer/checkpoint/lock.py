@@ -16,7 +16,10 @@ took (:mod:`trainer.checkpoint.fence`: one above the last, kept in
 ``output_dir/.ptrain.generation``), checked before every write that publishes
 a file. A heartbeat that wakes later than the lease (the process was paused)
 says so and re-reads the record: still ours, it renews; taken over, every later
-write of this process into output_dir is refused (exit 7). The record is written to a temporary file
+write of this process into output_dir is refused (exit 7). A renewal that fails
+(a full disk, an immutable lock file, a read-only directory) is one warning naming
+the OS error, repeated only as the failures go on (failed attempts 1, 2, 4, 8, ...,
+then at most hourly). The record is written to a temporary file
 first and then hard-linked (created) or renamed (renewed, taken over) into
 place, so the lock never exists empty or half written and two racers cannot
 both create it; on one host, acquiring, renewing and releasing also hold
@@ -251,25 +254,29 @@ class RunLock:
                 **identity(), "lease": lease_seconds(), "renewed": now, "beat": 0, "generation": generation}
 
     def _write_temp(self, record: dict) -> str:
+        """``record`` in a complete, fsynced temporary file next to the lock (its path); the OSError when the disk
+        refuses, the temporary removed."""
         tmp = f"{self.path}.tmp-{self.token}"
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(record, f)
                 f.flush()
                 os.fsync(f.fileno())
-        except OSError as exc:
+        except OSError:
             _remove(tmp)
-            raise _fail(self.output_dir, self.path, exc) from None
+            raise
         return tmp
 
-    def _create(self, run: str) -> bool:
-        """Link a complete record into place; False when a lock exists."""
-        record = self._record(run, fence.next_generation(self.output_dir))
-        tmp = self._write_temp(record)
+    def _put(self, record: dict, place) -> bool:
+        """Write ``record`` to a temporary file and ``place(tmp)`` it as the lock (link or replace); ours unless
+        ``place`` returns False (a lock exists). An OSError is the one ConfigError of :func:`_fail`."""
         try:
-            os.link(tmp, self.path)  # atomic, fails when the lock exists (also on NFS)
-        except FileExistsError:
-            return False
+            tmp = self._write_temp(record)
+        except OSError as exc:
+            raise _fail(self.output_dir, self.path, exc) from None
+        try:
+            if place(tmp) is False:
+                return False
         except OSError as exc:
             raise _fail(self.output_dir, self.path, exc) from None
         finally:
@@ -278,20 +285,25 @@ class RunLock:
         fence.commit_generation(self.output_dir, record["generation"])
         return True
 
+    def _create(self, run: str) -> bool:
+        """Link a complete record into place; False when a lock exists."""
+        def link(tmp: str) -> bool:
+            try:
+                os.link(tmp, self.path)  # atomic, fails when the lock exists (also on NFS)
+            except FileExistsError:
+                return False
+            return True
+
+        return self._put(self._record(run, fence.next_generation(self.output_dir)), link)
+
     def _replace(self, owner: dict, run: str) -> None:
         """Swap the lock ``owner`` holds for ours (under the guard; never leaves no lock in between)."""
-        record = self._record(run, fence.next_generation(self.output_dir, owner))
-        tmp = self._write_temp(record)
-        try:
+        def swap(tmp: str) -> None:
             if self._read() != owner:
                 raise ConfigError(f"could not lock output_dir {self.output_dir}: another run took it just now")
             os.replace(tmp, self.path)
-        except OSError as exc:
-            raise _fail(self.output_dir, self.path, exc) from None
-        finally:
-            _remove(tmp)
-        self.record, self.held = record, True
-        fence.commit_generation(self.output_dir, record["generation"])
+
+        self._put(self._record(run, fence.next_generation(self.output_dir, owner)), swap)
 
     def _read(self) -> Optional[dict]:
         """The lock's record; None when there is no lock."""
@@ -315,7 +327,9 @@ class RunLock:
 
     # ---- lease --------------------------------------------------------------------
     def renew(self) -> bool:
-        """Renew our lease (the heartbeat thread); False once the lock is no longer ours."""
+        """Renew our lease (the heartbeat thread); False once the lock is no longer ours. The OSError when the
+        record cannot be rewritten (a full disk, an immutable lock file, a read-only directory); ConfigError when
+        the lock cannot be read."""
         with self._guard():
             owner = self._read()
             if owner is None or owner.get("token") != self.token:
@@ -328,9 +342,9 @@ class RunLock:
             tmp = self._write_temp(record)
             try:
                 os.replace(tmp, self.path)
-            except OSError as exc:
+            except OSError:
                 _remove(tmp)
-                raise _fail(self.output_dir, self.path, exc) from None
+                raise
             self.record = record
             return True
 
@@ -362,37 +376,74 @@ class RunLock:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the holder's lease every third of it, off the training thread, until stopped or no longer ours."""
+    """Renews the holder's lease every third of it, off the training thread, until stopped or no longer ours.
+
+    A renewal that fails (a full disk, an immutable lock file, a read-only directory) is retried at every beat
+    and said in one warning naming the OS error, repeated only at failed attempts 2, 4, 8, ... (the interval
+    doubles) and at most every :data:`WARN_AT_MOST_EVERY_S` seconds' worth of beats after that; a renewal that
+    works again says so once. "was this process paused?" is said only when this thread itself did not run for
+    longer than the lease (SIGSTOP, a suspended VM): the time since its previous attempt, not since the last
+    renewal that worked.
+    """
 
     def __init__(self, lock: RunLock):
         super().__init__(name="ptrain-lock-lease", daemon=True)
         self.lock = lock
         self._halt = threading.Event()
-        self._warned = False
+        self.failed = 0  # renewals failed in a row
 
     def run(self) -> None:
         lease = record_lease(self.lock.record)
-        renewed = _uptime()
-        while not self._halt.wait(lease / 3.0):
-            late = _uptime() - renewed
-            if late > lease:  # paused (SIGSTOP, a suspended VM) past the lease: others may have taken it over
+        beat = lease / 3.0
+        last_try = renewed = _uptime()
+        while not self._halt.wait(beat):
+            now = _uptime()
+            if now - last_try > lease:  # this thread did not run for longer than the lease: others may have taken over
                 logger.warning("the lease of %s was not renewed for %.0f s (more than its %.0f s; was this process "
-                               "paused?): checking that the lock is still ours", self.lock.output_dir, late, lease)
+                               "paused?): checking that the lock is still ours", self.lock.output_dir, now - renewed,
+                               lease)
             try:
                 if not self.lock.renew():
                     return
-                renewed = _uptime()
-                self._warned = False
-            except (OSError, ConfigError) as exc:  # e.g. a full disk: say so once, keep trying
-                if not self._warned:
-                    logger.warning("could not renew the lease of %s (other runs may take it over when it runs "
-                                   "out): %s", self.lock.path, exc)
-                    self._warned = True
+                if self.failed:
+                    logger.warning("renewed the lease of %s again, after %d failed attempt(s) over %.0f s",
+                                   self.lock.path, self.failed, now - renewed)
+                self.failed, renewed = 0, _uptime()
+            except (OSError, ConfigError) as exc:
+                self.failed += 1
+                self._warn_failure(exc, now - renewed, lease, beat)
+            last_try = _uptime()
+
+    def _warn_failure(self, exc: Exception, unrenewed: float, lease: float, beat: float) -> None:
+        n, cap = self.failed, max(1, int(WARN_AT_MOST_EVERY_S / beat))
+        if not _warned_at(n, cap):
+            return
+        cause = _os_cause(exc) if isinstance(exc, OSError) else str(exc)
+        again = next(m for m in range(n + 1, n + cap + 1) if _warned_at(m, cap))
+        logger.warning("could not renew the lease of %s (attempt %d, every %.0f s; last renewed %.0f s ago): %s; "
+                       "once its %.0f s lease has run out other runs may take output_dir over; next warning at "
+                       "attempt %d if it still fails", self.lock.path, n, beat, unrenewed, cause, lease, again)
 
     def stop(self) -> None:
         self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=5)
+
+
+#: after the doubling (failed attempts 1, 2, 4, ...), a renewal that keeps failing is warned about at most this often
+WARN_AT_MOST_EVERY_S = 3600.0
+
+
+def _warned_at(attempt: int, cap: int) -> bool:
+    """Whether failed renewal ``attempt`` is warned about: 1, 2, 4, ... up to ``cap`` attempts, then every ``cap``."""
+    return (attempt & (attempt - 1) == 0 and attempt <= cap) or attempt % cap == 0
+
+
+def _os_cause(exc: OSError) -> str:
+    """``[Errno 1] Operation not permitted: A -> B``: the OS error of a failed renewal and the files it was about."""
+    files = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno is not None else str(exc)
+    return f"{what}: {files}" if files else what
 
 
 def _uptime() -> float:

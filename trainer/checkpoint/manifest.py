@@ -10,12 +10,24 @@ Layout of ``output_dir/checkpoints/step-<N>/``::
                             (loss_window: loss sum averaged over ranks, steps), and
                             whether the accumulation was set for a new world size
     manifest.json           files, byte sizes and sha256, step, time, versions; written
-                            last. A format_version other than SUPPORTED_FORMAT_VERSIONS
-                            makes verify() refuse the checkpoint.
+                            last but one. A format_version other than
+                            SUPPORTED_FORMAT_VERSIONS is not read: verify() skips it
+                            (UnsupportedFormat) before anything else is checked.
+    manifest.sha256         the manifest's own sha256 (``sha256sum`` format), written
+                            last: a reader checks the manifest against it before it
+                            trusts a byte of it, so an edited manifest (two tensors
+                            swapped in the index, every shard still matching) is damaged.
 
 A layout whose ranks hold different state (sharding) writes format 2 instead: ``trainer.json``,
 one ``shard-RRRRR-of-WWWWW.safetensors`` per rank in place of the two tensor files, and a manifest
 that also records the layout and the ``tensors`` index that reassembles them (``shards``).
+
+The digest is an addition to formats 1 and 2, not a new format: the previous release reads these
+checkpoints as before (it ignores the file), and its own checkpoints, which have no digest, are read
+as before too, verified by their files' sha256 (their manifest says nothing of a digest:
+``manifest_digest`` absent). A manifest that names its digest file, or a digest file beside any
+manifest, must match. ``trainer.json`` records the names of the tensors the save wrote
+(``trainer.checkpoint.contents``): files that lack one are a damaged checkpoint.
 
 No pickle anywhere: tensors go to safetensors, the rest to JSON, so loading a
 checkpoint cannot run code. :func:`verify` checks every file against the
@@ -36,15 +48,17 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 from safetensors.numpy import load as np_load_bytes
-from safetensors.numpy import load_file as np_load_file
+from safetensors.numpy import load_file as np_load_file  # noqa: F401 - callbacks.load_best reads weights with it
 
 from ..errors import DataError
+from . import contents
 from .shards import SHARDED_FORMAT_VERSION, assemble, check_index
 
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (1, SHARDED_FORMAT_VERSION)  # manifests this code reads; any other version is refused by verify()
 LATEST = "latest"
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"  # the manifest's own sha256: written after it, checked before it is trusted
 
 
 class UnsupportedFormat(DataError):
@@ -102,34 +116,82 @@ def checkpoint_run_id(path: str) -> Optional[str]:
 
 
 
+def write_manifest(directory: str, manifest: dict) -> str:
+    """Write ``manifest`` as ``directory/manifest.json``, then its sha256 as ``manifest.sha256``, each fsynced; the
+    digest (the writers call this last, before the directory is renamed into place)."""
+    manifest = dict(manifest, manifest_digest=MANIFEST_DIGEST)
+    data = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
+    digest = hashlib.sha256(data).hexdigest()
+    for name, content in ((MANIFEST, data), (MANIFEST_DIGEST, f"{digest}  {MANIFEST}\n".encode("ascii"))):
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+    return digest
+
+
+def _recorded_digest(path: str) -> Optional[str]:
+    """The digest ``manifest.sha256`` records (None when there is no such file; "" when it is unreadable)."""
+    try:
+        with open(os.path.join(path, MANIFEST_DIGEST), "rb") as f:
+            words = f.read(256).split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    return words[0].decode("ascii", "replace").lower() if words else ""
+
+
 def read_manifest(path: str) -> dict:
-    """The checked manifest of the checkpoint at ``path`` (files, sizes, sha256 and format version), or DataError."""
+    """The checked manifest of the checkpoint at ``path`` (files, sizes, sha256 and format version), or DataError.
+
+    In this order: the manifest parses; its ``format_version`` is one this code reads (else
+    :class:`UnsupportedFormat`: skipped, never set aside, whatever else it holds); it matches its digest
+    (``manifest.sha256``, when it names one or one is there); its entries are well formed.
+    """
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
         raise DataError(f"{path} has no {MANIFEST}: it is not a complete checkpoint")
     try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
+        with open(manifest_path, "rb") as f:
+            raw = f.read()
+        manifest = json.loads(raw.decode("utf-8"))
+        if not isinstance(manifest, dict):
+            raise ValueError(f"it holds a JSON {type(manifest).__name__}, not an object")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        raise UnsupportedFormat(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
+                                f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): it is skipped and left as "
+                                "it is; resume it with the paddle-trainer version that wrote it, or start a fresh run")
+    recorded = _recorded_digest(path)
+    if recorded is None and "manifest_digest" in manifest:
+        raise DataError(f"{manifest_path} names its digest file {MANIFEST_DIGEST}, which is missing: the manifest "
+                        "cannot be trusted; the checkpoint is damaged")
+    if recorded is not None and recorded != hashlib.sha256(raw).hexdigest():
+        raise DataError(f"{manifest_path} does not match its digest in {MANIFEST_DIGEST}: the manifest was changed "
+                        "after it was written; the checkpoint is damaged")
+    try:
         files = manifest["files"]
-        sharded = manifest.get("format_version") == SHARDED_FORMAT_VERSION
-        needed = {"trainer.json"} if sharded else {"model.safetensors", "trainer.json"}
-        if not isinstance(files, dict) or not needed <= set(files):
-            raise ValueError(f"it lists no {' or '.join(sorted(needed))}")
+        sharded = version == SHARDED_FORMAT_VERSION
+        needed = {"trainer.json"} if sharded else {"model.safetensors", "optimizer.safetensors", "trainer.json"}
+        if not isinstance(files, dict):
+            raise ValueError("its files are not a mapping")
+        if not needed <= set(files):
+            raise ValueError(f"it lists no {' and no '.join(sorted(needed - set(files)))}")
         if sharded:
             check_index(manifest.get("tensors"))
             unlisted = sorted({p["file"] for e in manifest["tensors"].values() for p in e["parts"]} - set(files))
             if unlisted:
                 raise ValueError(f"its tensors are in files it does not list: {unlisted[:3]}")
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{manifest_path} is unreadable ({exc}): the checkpoint is damaged") from None
-    version = manifest.get("format_version")
-    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
-        raise UnsupportedFormat(f"{manifest_path} has format_version {version!r}, which this paddle-trainer does not read "
-                        f"(it reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}): resume with the paddle-trainer "
-                        "version that wrote it, or start a fresh run")
     for name, meta in files.items():
         if os.path.basename(name) != name:
             raise DataError(f"{manifest_path} names a file outside the checkpoint ({name!r}): the checkpoint is damaged")
+        if name in (MANIFEST, MANIFEST_DIGEST):
+            raise DataError(f"{manifest_path} lists {name}, which checks the files, among them: the checkpoint is damaged")
         if not (isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("sha256"), str)):
             raise DataError(f"{manifest_path} has a malformed entry for {name!r}: the checkpoint is damaged")
     return manifest
@@ -149,11 +211,77 @@ def _checked_bytes(path: str, name: str, meta: dict, keep: bool) -> Optional[byt
 
 
 def verify(path: str) -> dict:
-    """Check every file against the manifest (one hashing pass each); return the manifest."""
+    """Check the checkpoint as a resume does, reading only its manifest, its hashes, ``trainer.json`` and the
+    safetensors headers (no tensor is parsed); return the manifest. DataError for a damaged checkpoint,
+    :class:`UnsupportedFormat` for one of a format this version does not read."""
     manifest = read_manifest(path)
     for name, meta in manifest["files"].items():
         _checked_bytes(path, name, meta, keep=False)
+    try:
+        with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        check_trainer_json(meta)
+        held = _held_keys(path, manifest)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
+                        "from an incompatible version") from None
+    _check_contents(path, meta, *held)
     return manifest
+
+
+def _held_keys(path: str, manifest: dict) -> Tuple[list, list]:
+    """(model keys, optimizer keys) the checkpoint's files hold, from the safetensors headers; ValueError when a part
+    of a sharded checkpoint's index is not in the file it names (what :func:`~.shards.assemble` refuses)."""
+    if manifest["format_version"] == SHARDED_FORMAT_VERSION:
+        headers: dict = {}
+        for entry in manifest["tensors"].values():
+            for part in entry["parts"]:
+                if part["file"] not in headers:
+                    headers[part["file"]], problem = safetensors_header(os.path.join(path, part["file"]))
+                    if problem:
+                        raise ValueError(f"{part['file']}: {problem}")
+                if part["key"] not in headers[part["file"]]:
+                    raise ValueError(f"{part['file']} (rank {part['rank']}) lacks tensor {part['key']}")
+        keys = [k.split("/", 1) for k in manifest["tensors"]]
+        return [n for g, n in keys if g == "model"], [n for g, n in keys if g == "optimizer"]
+    out = []
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        header, problem = safetensors_header(os.path.join(path, name))
+        if problem:
+            raise ValueError(f"{name}: {problem}")
+        out.append(list(header))
+    return out[0], out[1]
+
+
+def _check_contents(path: str, meta: dict, model_keys, optimizer_keys) -> None:
+    """DataError naming the tensors the checkpoint's record (or its accumulators' pattern) needs and its files lack."""
+    lacking = contents.missing(meta, model_keys, optimizer_keys)
+    if lacking:
+        raise DataError(f"checkpoint {path} lacks {contents.describe_missing(lacking)} that its trainer.json "
+                        f"{'records' if contents.RECORD in meta else 'implies'}: it is damaged; resume another "
+                        "checkpoint or start a fresh run")
+
+
+class Verdict(NamedTuple):
+    """What resume would make of a checkpoint (:func:`verdict`): ``valid``, ``damaged`` (set aside by ``auto``) or
+    ``unsupported`` (skipped and left as it is), with the reason or how it was verified."""
+    status: str
+    text: str
+
+
+def verdict(path: str) -> Verdict:
+    """The one verdict on a checkpoint that ``ptrain inspect`` prints and resume acts on (:func:`verify`)."""
+    try:
+        manifest = verify(path)
+    except UnsupportedFormat as exc:
+        return Verdict("unsupported", str(exc))
+    except DataError as exc:
+        return Verdict("damaged", str(exc))
+    files = f"{len(manifest['files'])} files match their sizes and sha256"
+    if _recorded_digest(path) is not None:
+        return Verdict("valid", f"valid (complete: the manifest matches its digest in {MANIFEST_DIGEST}; {files})")
+    return Verdict("valid", f"valid (written before manifests carried a digest: {files}; the manifest itself is "
+                            "covered by no checksum)")
 
 
 class VerifiedCheckpoint(NamedTuple):
@@ -171,7 +299,7 @@ class VerifiedCheckpoint(NamedTuple):
 def read_verified(path: str) -> VerifiedCheckpoint:
     """Read every file of the checkpoint once, hashing while reading; verified before anything is parsed.
 
-    DataError for a missing, damaged or unreadable checkpoint (the same errors as :func:`verify`).
+    DataError for a missing, damaged or unreadable checkpoint (the same verdict as :func:`verify`).
     """
     manifest = read_manifest(path)
     data = {name: _checked_bytes(path, name, meta, keep=True) for name, meta in manifest["files"].items()}
@@ -181,17 +309,33 @@ def read_verified(path: str) -> VerifiedCheckpoint:
             model_state, opt_tensors = assemble(manifest["tensors"], lambda name: tensors_from_buffer(data[name]))
         else:
             model_state = tensors_from_buffer(data.pop("model.safetensors"))
-            opt = data.pop("optimizer.safetensors", None)
-            opt_tensors = tensors_from_buffer(opt) if opt is not None else np_load_file(os.path.join(path, "optimizer.safetensors"))
-        for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
-            meta[key]  # noqa: B018 - presence check
-        if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):
-            raise ValueError("trainer.json has fields of the wrong type")
-        check_meta(meta)
+            opt_tensors = tensors_from_buffer(data.pop("optimizer.safetensors"))
+        check_trainer_json(meta)
     except Exception as exc:  # noqa: BLE001 - any defect of the files is a damaged checkpoint
         raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}): it is damaged or "
                         "from an incompatible version") from None
+    _check_contents(path, meta, model_state, opt_tensors)
     return VerifiedCheckpoint(path, manifest, meta, model_state, opt_tensors)
+
+
+def safetensors_header(path: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(the JSON header of a safetensors file: name -> dtype, shape, offsets; without reading the tensors, None) or
+    (None, why it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                return None, "too short for a safetensors file"
+            size = int.from_bytes(raw, "little")
+            if size > min(os.path.getsize(path) - 8, 100 << 20):
+                return None, "header length beyond the end of the file"
+            header = json.loads(f.read(size).decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable header ({type(exc).__name__})"
+    if not isinstance(header, dict):
+        return None, "header is not a JSON object"
+    header.pop("__metadata__", None)
+    return header, None
 
 
 _NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
@@ -233,6 +377,17 @@ def _count(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def check_trainer_json(meta) -> None:
+    """Raise ValueError (or KeyError) when ``trainer.json`` lacks a field a load reads or has one of the wrong type."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"trainer.json holds a JSON {type(meta).__name__}, not an object")
+    for key in ("optimizer_scalars", "lr_scheduler", "state", "callbacks", "rng_per_rank", "args", "world_size"):
+        meta[key]  # noqa: B018 - presence check
+    if not (isinstance(meta["callbacks"], dict) and isinstance(meta["rng_per_rank"], list)):
+        raise ValueError("trainer.json has fields of the wrong type")
+    check_meta(meta)
+
+
 def check_meta(meta: dict) -> None:
     """Raise ValueError when the fields resume reads before loading have the wrong type (a damaged trainer.json)."""
     args, state, window = meta.get("args"), meta.get("state"), meta.get("loss_window")
@@ -253,5 +408,7 @@ def check_meta(meta: dict) -> None:
         raise ValueError("trainer.json has an identity of the wrong type")
     if not isinstance(meta.get("data_fingerprint"), (dict, type(None))):
         raise ValueError("trainer.json has a data_fingerprint of the wrong type")
+    if not contents.well_formed(meta.get(contents.RECORD)):
+        raise ValueError(f"trainer.json has a {contents.RECORD} of the wrong type")
 
 

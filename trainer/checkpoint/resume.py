@@ -46,7 +46,7 @@ from typing import Optional
 from .. import distributed as dist
 from ..errors import ConfigError, DataError, option
 from . import RESUME_ENV
-from .fingerprint import data_changes, data_fingerprint
+from .fingerprint import checked, data_changes, data_fingerprint
 from .manifest import VerifiedCheckpoint, check_meta
 from .store import list_checkpoints, resolve_read
 
@@ -54,7 +54,7 @@ logger = logging.getLogger("trainer.resume")
 
 #: Fields that may differ between the interrupted run and the resumed one: the one list (docs/how-to/resume.md).
 MAY_CHANGE = frozenset({
-    "output_dir", "resume_from_checkpoint", "resume_allow_data_change",
+    "output_dir", "resume_from_checkpoint", "resume_allow_data_change", "data_fingerprint",
     "logging_steps", "report_to", "disable_tqdm",
     "evaluation_strategy", "eval_steps", "per_device_eval_batch_size",
     "save_strategy", "save_steps", "save_total_limit", "save_async", "save_on_preemption",
@@ -97,7 +97,7 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     trainer.accumulation_adapted = data_world_size(meta) != readers or bool(meta.get("accumulation_adapted"))
     check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
     check_resume(trainer.args, meta, n, readers, path)
-    check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change)
+    check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change, trainer.args.data_fingerprint)
     _warn_uneven_epoch(meta, n, readers)
     return ckpt
 
@@ -110,18 +110,21 @@ def data_world_size(meta: dict) -> int:
     return int(meta["world_size"] if readers is None else readers)
 
 
-def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: bool = False) -> None:
+def check_data(dataset, meta: dict, path: str = "the checkpoint", allow_change: bool = False,
+               mode: str = "sizes") -> None:
     """Refuse (ConfigError, one line) a training dataset whose fingerprint differs from the checkpoint's
-    (:mod:`trainer.checkpoint.fingerprint`), unless ``allow_change`` (then a warning says what changed)."""
+    (:mod:`trainer.checkpoint.fingerprint`), unless ``allow_change`` (then a warning says what changed); when it
+    matches, rank 0 says what was compared. The contents (``mode`` content) are hashed on rank 0 only."""
     old = meta.get("data_fingerprint")
-    if not old:
-        return  # a checkpoint of a dataset without the hook (its length was compared), or of an older version
-    new = data_fingerprint(dataset)
+    main = dist.is_main_process()
+    new = data_fingerprint(dataset, mode if main else "sizes") if old else None
     what = None if new is None else data_changes(old, new)  # a dataset without the hook: its length was compared
     if what is None:
+        if main:
+            logger.info("%s", checked(dataset, old or {}, new, mode, meta.get("train_samples")))
         return
     if allow_change:
-        if dist.is_main_process():
+        if main:
             logger.warning("resume: the training data changed since checkpoint %s (%s); resuming anyway, as %s asks",
                            path, what, option("resume_allow_data_change", True))
         return

@@ -12,8 +12,8 @@ format 1). A sharded one (format 2, ``trainer.checkpoint.shards``):
 2. rank 0 waits for every rank's record. The ranks agree there, through the directory rather than a
    collective, because an asynchronous save (``save_async``) runs in each rank's writer thread, where a
    collective would race the training step's own collectives;
-3. rank 0 checks every shard against its record, writes ``trainer.json`` and the manifest (last), renames the
-   directory into place and only then moves ``latest`` (both under the output_dir's fence, as for one writer:
+3. rank 0 checks every shard against its record, writes ``trainer.json``, the manifest and the manifest's digest
+   (last: ``trainer.checkpoint.manifest.write_manifest``), renames the directory into place and only then moves ``latest`` (both under the output_dir's fence, as for one writer:
    a run that lost its output_dir writes nothing). A rank that failed, or that does not report within
    :data:`WAIT_S`, is named in the error; the previous checkpoints and ``latest`` stay as they were.
 """
@@ -30,7 +30,7 @@ from typing import Optional
 import paddle
 
 from ..errors import TrainingError
-from .manifest import MANIFEST, sha256_file
+from .manifest import sha256_file, write_manifest
 from .shards import SHARDED_FORMAT_VERSION
 from .store import note_verified, write_run_id
 from . import fence
@@ -93,11 +93,10 @@ def _write_sharded(snap: dict, final: str, publish_root: Optional[str], owner_di
         for name in os.listdir(tmp):
             if name.startswith(".rank-"):
                 os.remove(os.path.join(tmp, name))
-        _write_json(os.path.join(tmp, MANIFEST), {
+        write_manifest(tmp, {
             "format_version": SHARDED_FORMAT_VERSION, "step": snap["step"], "time": time.time(),
             "run_id": snap.get("run_id", ""), "versions": {"paddle": paddle.__version__, "format": SHARDED_FORMAT_VERSION},
             "layout": snap["meta"].get("layout", {}), "files": files, "tensors": snap["index"]})
-        _fsync_file(os.path.join(tmp, MANIFEST))
         move_into_place(tmp, final, owner_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

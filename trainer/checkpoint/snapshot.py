@@ -20,6 +20,7 @@ import paddle
 
 from .. import distributed as dist
 from ..tensors import to_numpy
+from . import contents
 from .fingerprint import data_fingerprint
 from .host_buffers import HostBuffers
 from .manifest import FORMAT_VERSION
@@ -134,8 +135,11 @@ def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
     meta["layout"] = {"world_size": trainer.world_size, "sharded": sharded,
                       **(_plain(layout.describe()) if hasattr(layout, "describe") else {})}
     if sharded:
+        meta[contents.RECORD] = contents.record(*([k.split("/", 1)[1] for k in index if k.startswith(group + "/")]
+                                                  for group in contents.GROUPS))
         snap.update(meta=meta, index=index)
         return snap
+    meta[contents.RECORD] = contents.record(model_live, opt_live)  # what the files must hold (contents.py)
     return {
         "model": {k: copy("model/" + k, v) for k, v in model_live.items()},
         "optimizer": {k: copy("optimizer/" + k, v) for k, v in opt_live.items()},
@@ -163,7 +167,7 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
         "loss_window": loss_window,
         "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
-        "data_fingerprint": data_fingerprint(trainer.train_dataset),  # compared on resume (fingerprint.py)
+        "data_fingerprint": data_fingerprint(trainer.train_dataset, trainer.args.data_fingerprint),  # compared on resume (fingerprint.py)
     }
 
 

@@ -25,8 +25,8 @@ from typing import Callable, Optional, Tuple
 from .. import ranks
 from ..errors import ConfigError, DataError
 from . import fence
-from .manifest import (LATEST, MANIFEST, UnsupportedFormat, VerifiedCheckpoint, checkpoint_run_id, checkpoints_dir,
-                       read_verified, verify)
+from .manifest import (LATEST, MANIFEST, MANIFEST_DIGEST, UnsupportedFormat, VerifiedCheckpoint, checkpoint_run_id,
+                       checkpoints_dir, read_verified, verify)
 
 logger = logging.getLogger("trainer.checkpoint")
 RUN_ID_FILE = "run_id"   # checkpoints/run_id: the run these checkpoints belong to
@@ -73,11 +73,17 @@ _VERIFIED_LOCK = threading.Lock()
 
 
 def _identity(path: str):
+    """The manifest and its digest file as they are now (a verdict is kept per identity)."""
     try:
         st = os.stat(os.path.join(path, MANIFEST))
     except OSError:
         return None
-    return (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    try:
+        seal = os.stat(os.path.join(path, MANIFEST_DIGEST))
+        sealed = (seal.st_ino, seal.st_mtime_ns, seal.st_size)
+    except OSError:
+        sealed = None
+    return (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_size, sealed)
 
 
 def note_verified(path: str) -> None:

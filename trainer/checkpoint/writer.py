@@ -2,7 +2,7 @@
 
 :func:`write_snapshot` runs on rank 0, in :class:`CheckpointWriter`'s
 background thread or inline: it writes into ``.tmp-step-<N>-<pid>``, fsyncs
-every file, writes the manifest last, renames the directory into place, and
+every file, writes the manifest and then its digest (``manifest.sha256``) last, renames the directory into place, and
 only then records the run (``run_id``) and moves the ``latest`` pointer (each
 written to a temporary file and ``os.replace``-d). A process that lost its output_dir (a lease taken
 over: :mod:`trainer.checkpoint.fence`) writes nothing: the generation is checked before the first file
@@ -29,7 +29,7 @@ from . import fence
 from .host_buffers import HostBuffers
 from .lock import holder
 from .owner import pid_alive, same_namespace
-from .manifest import FORMAT_VERSION, LATEST, MANIFEST, sha256_file
+from .manifest import FORMAT_VERSION, LATEST, read_manifest, sha256_file, write_manifest
 from .store import RUN_ID_FILE, note_verified, point_latest, write_run_id
 from .tensor_file import save_tensors as write_safetensors  # safetensors' own writer holds the GIL for the whole file
 
@@ -180,10 +180,9 @@ def _write_checkpoint(snap: dict, final: str, owner_dir: str) -> None:
             full = os.path.join(tmp, name)
             _fsync_file(full)
             files[name] = hashed.get(name) or {"bytes": os.path.getsize(full), "sha256": sha256_file(full)}
-        _write_json(os.path.join(tmp, MANIFEST), {
+        write_manifest(tmp, {
             "format_version": FORMAT_VERSION, "step": snap["step"], "time": time.time(), "run_id": snap.get("run_id", ""),
             "versions": {"paddle": paddle.__version__, "format": FORMAT_VERSION}, "files": files})
-        _fsync_file(os.path.join(tmp, MANIFEST))
         move_into_place(tmp, final, owner_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -238,5 +237,7 @@ def remove_stale_temporaries(root: str) -> None:
 
 
 def _publish_latest(root: str, name: str) -> None:
+    """Move ``latest`` to the checkpoint ``name`` once its manifest reads back and matches its digest."""
+    read_manifest(os.path.join(root, name))
     point_latest(root, name)
     _fsync_dir(root)

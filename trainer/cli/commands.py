@@ -125,6 +125,10 @@ def _cmd_inspect(path: str) -> int:
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
     check_launch_flags(ns)
+    if wants_launch(ns):  # what this build cannot run on the processes about to start: one line, nothing launched
+        from ..capabilities import check_launch
+
+        check_launch(args, _launch_world_size(ns), ns.gpus)
     if ns.dry_run:
         return run_here(task, options, args, dry_run=True)
     from ..checkpoint.output_dir import claim_for_command
@@ -133,6 +137,14 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
         if wants_launch(ns):
             return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
         return run_here(task, options, args, dry_run=False)
+
+
+def _launch_world_size(ns) -> int:
+    """The processes ``ptrain run``'s launcher flags start: per node (``--nproc``, else one per ``--gpus`` card)
+    times the nodes (``--nnodes``, its MIN for an elastic job, else one per ``--ips`` address)."""
+    per_node = ns.nproc or (len(str(ns.gpus).split(",")) if ns.gpus else 1)
+    nodes = int(str(ns.nnodes).split(":")[0]) if ns.nnodes else (len(str(ns.ips).split(",")) if ns.ips else 1)
+    return per_node * nodes
 
 
 def _cmd_launch(ns) -> int:

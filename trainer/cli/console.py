@@ -11,6 +11,13 @@ that say something true about the run, and the closing summary:
   line that ``warnings`` would echo (the bare ``warnings.warn(`` line);
 * known, harmless notices of paddle and its dependencies (:data:`NOISE`, each
   with the reason it is safe) are dropped;
+* paddle's and PaddleNLP's own log lines and warnings below ERROR (fleet's ``[INFO]
+  topology.py`` lines, "nccl reduce_avg requires paddle compiled with cuda", "rank 0
+  is not in group ...", under every layout) stay off the console: their loggers, which
+  print through handlers of their own, hand their records to the project's
+  handlers instead (:class:`LibraryLogger`), and a rank of paddle's launcher writes
+  them to ``paddle.RANK.log`` beside its ``workerlog.RANK`` (the launcher's
+  ``--log_dir``: ``PADDLE_LOG_DIR``);
 * paddle's C++ log lines below ERROR (glog ``I``/``W`` lines such as
   ``Paddle static graph(PIR) not support input out tensor for now!!!!!`` during
   export, or the ``tcp_store`` connection lines under the launcher) are hidden
@@ -52,6 +59,75 @@ NOISE = (
 
 _configured = {"verbose": False}
 
+#: the libraries whose log lines and warnings below ERROR go to the log file, not the console (logger names and the
+#: package a warning comes from)
+LIBRARIES = ("paddle", "paddlenlp", "PaddleNLP")
+_LIBRARY_DIRS: tuple = ()   # the libraries' package folders (a warning's filename), set by configure
+
+
+def is_library_record(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is a library's (:data:`LIBRARIES`): its logger's, or a warning raised in its code."""
+    return record.name.split(".")[0] in LIBRARIES or bool(getattr(record, "library", False))
+
+
+class LibraryLogger(logging.Logger):
+    """The class of loggers made after :func:`configure`: paddle's ``get_logger`` (and PaddleNLP's ``Logger``) give
+    each of their loggers a stream handler of its own on stderr and turn propagation off; a library logger here
+    drops that handler and keeps propagating, so its records reach the project's handlers (the console shows them
+    with ``--verbose``, a launched rank's log file always)."""
+
+    def __init__(self, name: str, level=logging.NOTSET):
+        self._library = name.split(".")[0] in LIBRARIES
+        super().__init__(name, level)
+
+    @property
+    def propagate(self) -> bool:
+        return self._propagate or self._library
+
+    @propagate.setter
+    def propagate(self, value: bool) -> None:
+        self._propagate = value
+
+    def addHandler(self, hdlr: logging.Handler) -> None:  # noqa: N802 - logging's name
+        if self._library and _writes_to_console(hdlr):
+            return
+        super().addHandler(hdlr)
+
+
+def _writes_to_console(handler: logging.Handler) -> bool:
+    return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (
+        sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
+def _route_libraries() -> None:
+    """Library loggers made before :func:`configure` (paddle imported first): the same as :class:`LibraryLogger`."""
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.split(".")[0] in LIBRARIES:
+            for handler in [h for h in logger.handlers if _writes_to_console(h)]:
+                logger.removeHandler(handler)
+                logger.propagate = True
+
+
+class _ConsoleFilter(logging.Filter):
+    """The console shows a library's records below ERROR only with ``--verbose``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _configured["verbose"] or record.levelno >= logging.ERROR or not is_library_record(record)
+
+
+class _LibraryFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return is_library_record(record)
+
+
+def library_log_file() -> str:
+    """Where a rank of paddle's launcher writes the libraries' lines: ``paddle.RANK.log`` in the launcher's log
+    folder ('' outside a launch)."""
+    folder = os.environ.get("PADDLE_LOG_DIR")
+    if not folder or "PADDLE_TRAINER_ID" not in os.environ:
+        return ""
+    return os.path.join(folder, f"paddle.{os.environ.get('PADDLE_TRAINER_ID') or 0}.log")
+
 
 class BarSafeHandler(logging.StreamHandler):
     """A stream handler that writes through ``tqdm.write``: an active progress bar is
@@ -77,7 +153,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         return
     where = os.path.join(*filename.split(os.sep)[-3:]) if filename else "?"
     text = " ".join(str(message).split())  # one line
-    logging.getLogger("py.warnings").warning("%s: %s (%s:%s)", category.__name__, text, where, lineno)
+    library = bool(filename) and os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+    logging.getLogger("py.warnings").warning("%s: %s (%s:%s)", category.__name__, text, where, lineno,
+                                             extra={"library": library})
+
+
+def _site_dirs() -> list:
+    """The folders packages are installed in (where a library's files are)."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    dirs.update(getattr(site, "getsitepackages", lambda: [])())
+    return sorted(os.path.abspath(d) for d in dirs)
 
 
 def child_environment(verbose: bool) -> None:
@@ -103,7 +191,18 @@ def configure(verbose: bool = False, main_process: bool = True) -> None:
     handler = BarSafeHandler(sys.stderr)
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s %(name)s: %(message)s"
     handler.setFormatter(logging.Formatter(fmt))
+    handler.addFilter(_ConsoleFilter())
     root.addHandler(handler)
+    _route_libraries()
+    logging.setLoggerClass(LibraryLogger)
+    global _LIBRARY_DIRS
+    _LIBRARY_DIRS = tuple(os.path.join(d, name) + os.sep for name in LIBRARIES for d in _site_dirs())
+    path = library_log_file()
+    if path:
+        file_handler = logging.FileHandler(path, encoding="utf-8", delay=True)  # no empty file when nothing comes
+        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        file_handler.addFilter(_LibraryFilter())
+        root.addHandler(file_handler)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     own = logging.DEBUG if verbose else logging.INFO
     for name in OWN_LOGGERS:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import struct
 import time
 from typing import List, Optional, Tuple
 
-from ..checkpoint.manifest import LATEST, MANIFEST, SUPPORTED_FORMAT_VERSIONS, checkpoints_dir, sha256_file, verify
+from ..checkpoint.manifest import (LATEST, MANIFEST, MANIFEST_DIGEST, SUPPORTED_FORMAT_VERSIONS, checkpoints_dir,
+                                   safetensors_header, sha256_file, verdict)
 from ..checkpoint.store import list_checkpoints, resolve
 from ..errors import ConfigError, DataError
 
@@ -48,25 +48,6 @@ def _read_json(path: str) -> Tuple[Optional[dict], Optional[str]]:
     if not isinstance(value, dict):
         return None, f"not a JSON object ({type(value).__name__})"
     return value, None
-
-
-def _safetensors_header(path: str) -> Tuple[Optional[dict], Optional[str]]:
-    """The JSON header of a safetensors file (names, dtypes, shapes), without reading the tensors."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                return None, "too short for a safetensors file"
-            (size,) = struct.unpack("<Q", raw)
-            if size > min(os.path.getsize(path) - 8, 100 << 20):
-                return None, "header length beyond the end of the file"
-            header = json.loads(f.read(size).decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable header ({type(exc).__name__})"
-    if not isinstance(header, dict):
-        return None, "header is not a JSON object"
-    header.pop("__metadata__", None)
-    return header, None
 
 
 def _size(n: float) -> str:
@@ -99,11 +80,11 @@ def _dir_size(path: str) -> int:
 
 
 def _verdict(path: str) -> Tuple[bool, str]:
-    try:
-        manifest = verify(path)
-    except DataError as exc:
-        return False, str(exc)
-    return True, f"valid (complete: {len(manifest['files'])} files match their sizes and sha256)"
+    """(whether resume would take it, what it makes of it): ``trainer.checkpoint.manifest.verdict``, resume's own."""
+    found = verdict(path)
+    if found.status == "unsupported":
+        return False, found.text.replace("it is skipped and left as it is", "resume skips it and leaves it as it is")
+    return found.status == "valid", found.text
 
 
 def resolve_pointer(path: str) -> str:
@@ -124,6 +105,8 @@ def _file_checks(path: str, manifest: Optional[dict]) -> List[Tuple[str, str, st
         meta = listed.get(name)
         if name == MANIFEST:
             status = "the manifest" if manifest is not None else "UNREADABLE manifest"
+        elif name == MANIFEST_DIGEST:
+            status = "the manifest's digest: " + ("matches" if _digest_matches(path) else "DOES NOT MATCH the manifest")
         elif manifest is None:
             status = "unverified (no readable manifest)"
         elif meta is None:
@@ -140,24 +123,38 @@ def _file_checks(path: str, manifest: Optional[dict]) -> List[Tuple[str, str, st
     return out
 
 
-def _short_reason(path: str, manifest: Optional[dict], manifest_problem: Optional[str]) -> str:
+def _digest_matches(path: str) -> bool:
+    try:
+        with open(os.path.join(path, MANIFEST_DIGEST), "rb") as f:
+            words = f.read(256).split()
+        return bool(words) and words[0].decode("ascii", "replace").lower() == sha256_file(os.path.join(path, MANIFEST))
+    except OSError:
+        return False
+
+
+def _short_reason(path: str, manifest: Optional[dict], manifest_problem: Optional[str], why: str) -> str:
+    """A few words for the run's table, in the order resume checks (``why``: the verdict's whole line)."""
     if manifest is None:
         if manifest_problem == "missing":
             return "no manifest.json (incomplete)"
         return f"manifest.json {manifest_problem.split(':')[0]}" + (")" if "(" in manifest_problem.split(":")[0] else "")
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        return f"format_version {version!r} unknown (resume skips it and leaves it as it is)"
+    if f"does not match its digest in {MANIFEST_DIGEST}" in why:
+        return f"manifest.json changed after it was written (does not match {MANIFEST_DIGEST})"
     for name, _, status in _file_checks(path, manifest):
         if status.isupper() or status.startswith(("MISSING", "WRONG")):
             return f"{name} {status.split(' (')[0].lower()}"
-    version = manifest.get("format_version")
-    if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
-        return f"format_version {version!r} unknown"
-    return "manifest does not verify"
+    if " lacks " in why:
+        return "lacks " + why.split(" lacks ", 1)[1].split(" that its trainer.json", 1)[0]
+    return why.split(f"{path}", 1)[-1].strip(" :/") or "manifest does not verify"
 
 
 def _tensor_line(path: str, label: str) -> Optional[str]:
     if not os.path.isfile(path):
         return None
-    header, problem = _safetensors_header(path)
+    header, problem = safetensors_header(path)
     if header is None:
         return f"  {label}: {problem}"
     count, dtypes = 0, set()
@@ -255,14 +252,14 @@ def describe_checkpoint(path: str) -> str:
     if not os.path.isdir(path):
         raise ConfigError(f"checkpoint {path} does not exist: give a checkpoint directory "
                           "(OUTPUT_DIR/checkpoints/step-N) or an output directory")
-    valid, verdict = _verdict(path)
+    valid, verdict_text = _verdict(path)
     manifest, manifest_problem = _read_json(os.path.join(path, MANIFEST))
     meta, meta_problem = _read_json(os.path.join(path, "trainer.json"))
     state = meta.get("state") if meta and isinstance(meta.get("state"), dict) else {}
     args = meta.get("args") if meta and isinstance(meta.get("args"), dict) else {}
 
     lines = [f"checkpoint {os.path.abspath(path)}",
-             f"  manifest: {verdict if valid else 'INVALID: ' + verdict}"]
+             f"  manifest: {verdict_text if valid else 'INVALID: ' + verdict_text}"]
     if manifest:
         versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
         lines.append(f"  written: {_when(manifest.get('time'))}, step {manifest.get('step', '?')}, "
@@ -342,7 +339,7 @@ def describe_run(output_dir: str) -> str:
     rows, best = [], None
     for path in found:
         name = os.path.basename(path)
-        valid, verdict = _verdict(path)
+        valid, verdict_text = _verdict(path)
         manifest, manifest_problem = _read_json(os.path.join(path, MANIFEST))
         meta, _ = _read_json(os.path.join(path, "trainer.json"))
         state = meta.get("state") if meta and isinstance(meta.get("state"), dict) else {}
@@ -354,7 +351,7 @@ def describe_run(output_dir: str) -> str:
         shown = ", ".join(f"{k}={_num(v)}" for k, v in sorted(metrics.items())
                           if not k.endswith("_samples"))[:60]
         marks = ("  <- latest" if name == latest_name else "")
-        status = "valid" if valid else "INVALID: " + _short_reason(path, manifest, manifest_problem)
+        status = "valid" if valid else "INVALID: " + _short_reason(path, manifest, manifest_problem, verdict_text)
         rows.append(f"  {name:<14} {step:>8}  {epoch:>9}  {_when(manifest.get('time') if manifest else None):<19}  "
                     f"{_size(_dir_size(path)):>9}  {status}{marks}" + (f"\n  {'':<14} {shown}" if shown else ""))
     stray = sorted(n for n in os.listdir(root) if n.startswith((".tmp-", ".old-", ".deleting-")))

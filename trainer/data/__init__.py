@@ -1,7 +1,7 @@
 """Data for the loop: samplers, loaders, streams, column filtering, and what a batch holds.
 
-Owns: the resumable training sampler and the sharded evaluation sampler
-(``samplers``), loaders and their workers (``loader``), reading the next batches
+Owns: the resumable training sampler (with the check of the dataset's length at each
+epoch's start) and the sharded evaluation sampler (``samplers``), loaders and their workers (``loader``), reading the next batches
 in a thread while the step runs (``read_ahead``; python's and numpy's RNG states read
 cheaply and put back: ``host_rng``), how batches come from the
 workers (``worker_batches``: fetched whole, handed over through shared-memory

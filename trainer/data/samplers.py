@@ -6,6 +6,15 @@
 middle of an epoch by computing its position (``set_epoch(epoch, start_batch)``)
 instead of replaying batches.
 
+The epoch's length is fixed for the run: it is the dataset's length when the
+run was planned (the steps per epoch, ``max_steps`` from ``num_train_epochs``,
+the learning-rate schedule, and the sample index a resume computes all come
+from it, and every rank computes the same permutation from it without talking
+to the others). :meth:`~ResumableDistributedBatchSampler.length_changed` re-reads
+it at each epoch's start: a dataset that grew is named in one warning and the
+run goes on over the samples it planned; one that shrank stops with a DataError
+before any of the missing samples is asked for.
+
 ``ShardedEvalSampler`` splits evaluation data into contiguous, unpadded shards
 so that no sample is counted twice and none is dropped; gathering the shards in
 rank order restores the dataset order.
@@ -14,10 +23,12 @@ rank order restores the dataset order.
 from __future__ import annotations
 
 import math
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import numpy as np
 from paddle.io import BatchSampler
+
+from ..errors import DataError
 
 
 class ResumableDistributedBatchSampler(BatchSampler):
@@ -45,11 +56,30 @@ class ResumableDistributedBatchSampler(BatchSampler):
         self.start_batch = 0
         self.num_samples = int(math.ceil(dataset_len / num_replicas))
         self.total_size = self.num_samples * num_replicas
+        self._told = dataset_len  # the last length named in a warning
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         """Select the epoch; skip its first ``start_batch`` batches (resume)."""
         self.epoch = epoch
         self.start_batch = start_batch
+
+    def length_changed(self, n: int, epoch: int) -> Optional[str]:
+        """Check the dataset's length ``n``, read again at the start of ``epoch``, against the planned one.
+        Shrunk: DataError (one line). Grown: the warning to give, once per new length (the run keeps the planned
+        samples); else None."""
+        planned = self.dataset_len
+        if n < planned:
+            raise DataError(f"the training dataset has {n} samples at the start of epoch {epoch}, {planned} when this "
+                            f"run was planned: samples {n}-{planned - 1} of its epochs are gone (the steps per epoch, "
+                            f"the learning-rate schedule and resume positions are computed from {planned}); put the "
+                            f"data back and resume, or start a fresh run over the {n} samples")
+        if n == planned or n == self._told:
+            return None
+        self._told = n
+        return (f"the training dataset has {n} samples at the start of epoch {epoch}, {planned} when this run was "
+                f"planned: the run goes on over the first {planned} (samples {planned}-{n - 1} are not read: the steps "
+                f"per epoch, the learning-rate schedule and resume positions are computed from {planned}, and every "
+                f"rank must draw the same order); to train on all {n}, start a fresh run over them")
 
     def _global_indices(self) -> np.ndarray:
         # numpy arrays: RandomState.shuffle draws the same permutation as on a list, ~7x faster

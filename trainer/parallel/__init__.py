@@ -11,7 +11,7 @@ deferred to one fused all-reduce after it). The hybrid topology
 ``TrainingArguments`` when a degree is above 1, as PaddleNLP does.
 
 May import: paddle, ``trainer.errors``, ``trainer.ranks``, ``trainer.distributed``, ``trainer.tensors``,
-``trainer.checkpoint.slices`` (``merge``: which parameters fleet split). Never the trainer loop, callbacks or
+``trainer.checkpoint.slices`` (``merge``, ``apply``: which parameters fleet split). Never the trainer loop, callbacks or
 models.
 
 Used by: ``trainer.trainer`` (``trainer.layout``, ``parallelize``), ``trainer.args`` (the

@@ -36,7 +36,7 @@ from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
 from .grad_sync import GradSync
 from .layout import Layout
-from .pipeline import PipelineInference, PipelineSteps, require_pipeline_device, require_pipeline_model
+from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute, switches_own_recompute
 
 logger = logging.getLogger("trainer")
@@ -113,6 +113,9 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
     if layout.sharding_stage <= 1:
         if layout.pp_degree > 1:
             require_pipeline_model(model, layout.pp_degree)
+        unsplit = unsplit_model_warning(model, layout)
+        if unsplit and layout.rank == 0:
+            logger.warning(unsplit)
         # fleet's wrappers: TensorParallel / PipelineParallel / ShardingParallel / DataParallel by the topology, and
         # HybridParallelOptimizer (DygraphShardingOptimizer inside for stage 1), which clips by the norm over every group
         model = fleet.distributed_model(model)
@@ -132,6 +135,20 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
         optimizer._set_broadcast_overlap(True, model)
     # stage 3 keeps each rank's slice only: a forward must go through the wrapper, which gathers the parameters
     return Parallelized(model, optimizer, scaler, inference_model=model if layout.shards_parameters else None)
+
+
+def unsplit_model_warning(model: paddle.nn.Layer, layout: Layout) -> Optional[str]:
+    """The one warning line for ``tensor_parallel_degree`` > 1 on a model that has no tensor-parallel layers (no
+    parameter of fleet's ColumnParallelLinear, RowParallelLinear or VocabParallelEmbedding: nothing is split, each
+    rank of a tensor-parallel group trains the whole model); None otherwise."""
+    from ..checkpoint.slices import tensor_parallel_splits
+
+    if layout.mp_degree == 1 or tensor_parallel_splits(model):
+        return None
+    return (f"{option('tensor_parallel_degree', layout.mp_degree)} but {type(model).__name__} has no tensor-parallel "
+            "layers (fleet's ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding): nothing is split, every "
+            f"rank of a tensor-parallel group trains the whole model; build the model from them "
+            f"(docs/how-to/model-parallel.md) or set {option('tensor_parallel_degree', 1)}")
 
 
 def agreeing_scaler(layout: Layout, scaler):
@@ -219,8 +236,6 @@ def init_topology(layout: Layout, args) -> None:
     global _hybrid_key
     key = (tuple(sorted(layout.describe().items())), layout.order, layout.sharding_options, layout.tensor_options,
            layout.pipeline_options, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
-    if layout.pp_degree > 1:
-        require_pipeline_device(layout.pp_degree)
     if key != _hybrid_key:
         strategy = hybrid_strategy(layout, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
         with dist.stderr_to_debug("trainer.distributed"):

@@ -309,8 +309,8 @@ class Layout:
 
     def share_loss(self, loss):
         """``loss`` as the last pipeline stage computed it (:attr:`holds_loss`), on every rank of its pipeline group:
-        a broadcast over the pp group, at logging steps and saves only (the other stages' step losses are
-        placeholders, ``trainer.parallel.pipeline``); ``loss`` itself without pipeline parallel."""
+        a broadcast over the pp group, at logging steps and saves only (the other stages' step losses are None and
+        their windows sum nothing, ``trainer.parallel.pipeline``); ``loss`` itself without pipeline parallel."""
         if self.pp_degree == 1 or self.hcg is None:
             return loss
         import paddle.distributed as pdist  # paddle only once groups exist: planning runs without it

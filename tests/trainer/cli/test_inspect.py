@@ -44,7 +44,8 @@ def test_describe_run_lists_checkpoints_newest_first(run_dir):
 
 def test_describe_checkpoint_says_what_it_holds(run_dir):
     text = describe_checkpoint(str(run_dir / "checkpoints" / "step-4"))
-    assert "manifest: valid (complete: 3 files match their sizes and sha256)" in text
+    assert ("manifest: valid (complete: the manifest matches its digest in manifest.sha256; 3 files match their sizes "
+            "and sha256)") in text
     assert "progress: step 4 of 6; epoch 0, step 4 of 5 in the epoch; 32 samples seen" in text
     assert "processes: 1; global batch 8 (8 per device x 1 accumulation x 1)" in text
     assert "metrics (last evaluation): eval_loss=" in text
