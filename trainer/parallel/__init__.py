@@ -4,7 +4,9 @@ Owns: the :class:`Layout` (degrees, sharding stage, offload, recompute, and the 
 answer "which group reduces this?"), and :func:`parallelize`, which ``Trainer.fit`` calls once
 after ``on_fit_begin`` to apply the layout in a fixed order: recompute, then sharding or data
 parallel (fleet's hybrid topology for tensor and pipeline parallel and sharding stage 1, paddle's
-``group_sharded_parallel`` for stages 2 and 3, ``paddle.DataParallel`` otherwise). The hybrid topology
+``group_sharded_parallel`` for stages 2 and 3, ``paddle.DataParallel`` otherwise), and ``grad_sync.GradSync``, which
+the loop and ``trainer.auto_batch`` ask when DataParallel averages the gradients (in the step's last backward, or
+deferred to one fused all-reduce after it). The hybrid topology
 (``apply.init_topology``) is set up before a tensor- or pipeline-parallel model is built: by
 ``TrainingArguments`` when a degree is above 1, as PaddleNLP does.
 

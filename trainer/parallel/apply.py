@@ -10,7 +10,10 @@ parameters then: gradient buckets and shards are built for the dtypes the parame
    ``fleet.distributed_model``: TensorParallel / PipelineParallel / ShardingParallel,
    ``fleet.distributed_optimizer``: HybridParallelOptimizer, DygraphShardingOptimizer inside), stages 2 and 3 through
    ``paddle.distributed.sharding.group_sharded_parallel`` (``os_g`` / ``p_g_os``, ``offload``) over
-   fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``.
+   fleet's sharding group (and its data-parallel group when dp > 1), otherwise ``paddle.DataParallel``, whose
+   gradient average runs in the step's last backward or, when a PaddleNLP model recomputes through its own switch
+   and under ``auto_find_batch_size``, after the step's backwards in one fused all-reduce
+   (``Parallelized.grad_sync``: ``trainer.parallel.grad_sync``).
 
 Gradient clipping under sharding, tensor and pipeline parallel runs inside paddle's optimizer step
 (``ClipGradByGlobalNorm``, which paddle turns into a clip whose norm is reduced over the sharding group, and
@@ -31,9 +34,10 @@ from paddle.distributed import fleet
 from .. import distributed as dist
 from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
+from .grad_sync import GradSync
 from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
-from .recompute import apply_recompute
+from .recompute import apply_recompute, switches_own_recompute
 
 logger = logging.getLogger("trainer")
 
@@ -51,6 +55,12 @@ class Parallelized:
     # what runs one optimizer step's forwards and backwards, ``runner(trainer, next_batch) -> step loss`` (pipeline
     # parallel: paddle's schedule, trainer.parallel.pipeline); None: the loop's own accumulation
     step_runner: Optional[Callable] = None
+    # when DataParallel averages the gradients: in the last backward, or after the step's backwards (grad_sync)
+    grad_sync: Optional[GradSync] = None
+
+    def __post_init__(self):
+        if self.grad_sync is None:
+            self.grad_sync = GradSync(self.model)  # no DataParallel: nothing to do
 
 
 def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
@@ -73,6 +83,9 @@ def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_no
 
 def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=None) -> Parallelized:
     """Apply ``layout`` (see the module docstring for the order); fills ``layout``'s groups. Every rank calls it."""
+    # the model's own recompute may be reentrant (PaddleNLP's ERNIE), whose inner backward trips DataParallel's
+    # reducer; auto_find_batch_size: the ranks agree before any all-reduce. Both defer the average (grad_sync)
+    defer_sync = args.auto_find_batch_size or (layout.recompute and switches_own_recompute(model, args.recompute_modules))
     if layout.recompute:
         count = apply_recompute(model, args.recompute_modules)
         logger.debug("recompute: %d blocks of %s", count, type(model).__name__)
@@ -88,8 +101,8 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
     if not layout.uses_hybrid_topology:
         dist.init_distributed()
         logger.info("parallel layout: %s", layout.summary())
-        return Parallelized(paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters),
-                            optimizer, scaler)
+        model = paddle.DataParallel(model, find_unused_parameters=args.find_unused_parameters)
+        return Parallelized(model, optimizer, scaler, grad_sync=GradSync(model, deferred=bool(defer_sync)))
     if optimizer is None:
         raise ConfigError("sharding, tensor and pipeline parallel need the optimizer before the model is wrapped: "
                           "pass Trainer(optimizer=...) or let the trainer build it")

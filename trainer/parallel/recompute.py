@@ -37,6 +37,13 @@ def uses_own_switch(model: paddle.nn.Layer) -> bool:
     return any(hasattr(layer, "enable_recompute") for layer in model.sublayers(include_self=True))
 
 
+def switches_own_recompute(model: paddle.nn.Layer, modules: Optional[Sequence[str]] = None) -> bool:
+    """Whether :func:`apply_recompute` turns the model's own switch on (no ``modules`` named, a PaddleNLP model)
+    rather than wrapping blocks itself. The model then recomputes as it was written to, reentrant or not
+    (PaddleNLP's ERNIE: paddle's reentrant ``recompute``, whose backward runs inside the outer one)."""
+    return not modules and uses_own_switch(model)
+
+
 def recomputed_blocks(model: paddle.nn.Layer, modules: Optional[Sequence[str]] = None) -> List[Tuple[str, paddle.nn.Layer]]:
     """The blocks that run under recompute: ``(name, layer)`` in model order.
 
@@ -75,7 +82,7 @@ def apply_recompute(model: paddle.nn.Layer, modules: Optional[Sequence[str]] = N
     parameters when none of its tensor inputs requires one: such a call raises a TrainingError instead
     of training those parameters silently not at all.
     """
-    if not modules and uses_own_switch(model):
+    if switches_own_recompute(model, modules):
         switched = 0
         for layer in model.sublayers(include_self=True):
             if hasattr(layer, "enable_recompute") and not layer.enable_recompute:
@@ -103,7 +110,9 @@ def _wrap_forward(block: paddle.nn.Layer, use_reentrant: bool) -> None:
             _refuse_dropped_gradients(block, list(args) + list(kwargs.values()))
         return recompute(forward, *args, use_reentrant=use_reentrant, preserve_rng_state=True, **kwargs)
 
-    block.forward = forward_under_recompute
+    # into the instance's __dict__, past the class's __setattr__: PaddleNLP patches TransformerEncoderLayer's to wrap
+    # a new ``forward`` as an unbound function (it would be called with the layer as its first input)
+    vars(block)["forward"] = forward_under_recompute
     setattr(block, _MARK, True)
 
 

@@ -1,5 +1,6 @@
-"""Trains (SGD: Adam would magnify float rounding on near-zero gradients) a ReLU MLP whose activations dominate its memory, under an address-space limit (RLIMIT_AS) that
-makes paddle's allocator fail for real when the per-device batch is too large.
+"""Trains (SGD; OOM_TOY_OPTIM=adamw and OOM_TOY_LR for AdamW, which magnifies float rounding on near-zero gradients)
+a ReLU MLP whose activations dominate its memory, under an address-space limit (RLIMIT_AS) that makes paddle's
+allocator fail for real when the per-device batch is too large.
 
     python oom_toy.py OUT LIMIT_MIB LIMITED_RANK BATCH ACCUM STEPS AUTO [save | CHECKPOINT]
 
@@ -29,6 +30,7 @@ rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
 
 FEATURES, WIDTH = 32, int(os.environ.get("OOM_TOY_WIDTH", "4096"))  # 2**21: one sample needs 8 MiB
+OPTIM = os.environ.get("OOM_TOY_OPTIM", "sgd")  # adamw: OOM_TOY_LR sets its learning rate too
 rng = np.random.RandomState(0)
 x = rng.randn(batch * accum * world * 2, FEATURES).astype("float32")
 y = (x[:, 0] > 0).astype("int64")
@@ -45,7 +47,8 @@ class Data(paddle.io.Dataset):
 paddle.seed(0)
 model = paddle.nn.Sequential(paddle.nn.Linear(FEATURES, WIDTH), paddle.nn.ReLU(), paddle.nn.Linear(WIDTH, 2))
 args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=batch,
-                         gradient_accumulation_steps=accum, auto_find_batch_size=auto == "1", learning_rate=0.05, optim="sgd",
+                         gradient_accumulation_steps=accum, auto_find_batch_size=auto == "1",
+                         learning_rate=float(os.environ.get("OOM_TOY_LR", "0.05")), optim=OPTIM,
                          report_to=[], save_strategy="steps", save_steps=steps if extra else 10**6,
                          evaluation_strategy="no", logging_steps=1, overwrite_output_dir=resume is None,
                          resume_from_checkpoint=resume, seed=0, lr_scheduler_type="linear",
