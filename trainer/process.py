@@ -251,6 +251,10 @@ def _excepthook(kind, value, tb) -> None:
         sys.stderr.write(f"ptrain: {value}\n")
         return
     folder = os.environ.get(FAILURE_DIR_ENV)
+    if folder and value is not _HANDOFF.get("failure") and _is_trainer_error(value):
+        # raised by the script outside fit() (TrainingArguments, Trainer(...)): recorded like fit()'s own, so
+        # that its code (2 for a ConfigError) ends the job instead of Python's 1, which --max_restarts restarts
+        record_failure(int(os.environ.get("PADDLE_TRAINER_ID") or 0), value)
     if folder and value is _HANDOFF.get("failure"):  # recorded for ptrain, which prints it once for all ranks
         import traceback
 
@@ -277,6 +281,20 @@ def _exit_with_handed_off_code() -> None:
 #: so ptrain names the failure (any rank's, not only the one the launcher's exit code comes from) and does not
 #: restart one that a restart cannot fix
 FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
+
+
+def _is_trainer_error(value) -> bool:
+    from .errors import TrainerError
+
+    return isinstance(value, TrainerError)
+
+
+def record_uncaught_failures() -> None:
+    """Under ptrain's launcher (``PTRAIN_FAILURE_DIR`` set; ``import trainer`` calls this): a project error
+    (``trainer.errors.TrainerError``) the script leaves uncaught, wherever it was raised, is recorded with
+    :func:`record_failure` and ends the rank with its code, as an error of ``fit()`` does. No-op elsewhere."""
+    if os.environ.get(FAILURE_DIR_ENV):
+        _install_hooks()
 
 
 def record_failure(rank: int, error: BaseException) -> None:
