@@ -213,6 +213,60 @@ def startup_handlers_active(active: bool) -> bool:
     return previous
 
 
+# ---- a console that is a closed pipe --------------------------------------------------------------------
+class _PipeSafe:
+    """``sys.stdout`` / ``sys.stderr`` whose reader may be gone (``| tee`` killed by the Ctrl-C that stops the
+    job, ``| head -1``): the first write or flush that meets the closed pipe points the stream's file descriptor
+    at ``/dev/null`` and carries on. Without it ``print`` raises ``BrokenPipeError`` wherever it happens to be
+    (a signal handler, a callback) and the interpreter's last flush at exit fails too (exit code 120); Python's
+    "Note on SIGPIPE" does the same ``dup2``. Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _closed(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null: the pipe's reader is gone
+            except (OSError, ValueError):
+                pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def guard_console() -> None:
+    """Make ``sys.stdout`` and ``sys.stderr`` survive a closed pipe (:class:`_PipeSafe`); ``ptrain`` calls it first.
+    Idempotent; a stream without a file descriptor (a test's capture) is left as it is."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _PipeSafe):
+            continue
+        try:
+            stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            continue
+        setattr(sys, name, _PipeSafe(stream))
+
+
 # ---- the exit code of a preempted run ------------------------------------------------------------------
 _HANDOFF = {"code": 0, "installed": False, "hook": None}
 

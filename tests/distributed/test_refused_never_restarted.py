@@ -23,6 +23,8 @@ def launches(tmp_path):
 @pytest.mark.parametrize("mode, code, named", [
     ("config", 2, "ConfigError: tensor_parallel_degree=3 does not divide the 2 ranks"),
     ("data-on-rank-1", 3, "rank 1 failed (exit 3): DataError:"),
+    # no record: the code the launcher logged for rank 1, not rank 0's SIGTERM from the launcher (restartable 1)
+    ("exit-3-on-rank-1", 3, "the run failed with exit code 3"),
 ])
 def test_a_refused_script_under_ptrain_launch_ends_with_its_code_after_one_launch(tmp_path, mode, code, named):
     done = subprocess.run(PTRAIN + ["launch", "--nproc", "2", "--max_restarts", "2", "--master",
@@ -34,6 +36,7 @@ def test_a_refused_script_under_ptrain_launch_ends_with_its_code_after_one_launc
     assert "restart 1 of" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert named in last and "no restart can fix it" in last, done.stderr[-3000:]
+    assert str(tmp_path / "log") in last  # where the workers' logs are
 
 
 def test_ptrain_run_with_restarts_refuses_the_layout_with_exit_2_and_no_launch_again(tmp_path):

@@ -1,5 +1,5 @@
 """Worker for the exit-code tests: a user's script refused before fit() (issue 40 item 4). Every start appends
-its rank to OUT_DIR/../launches, so a test counts how often the launcher started it.
+its rank to OUT_DIR/../launches first, so a test counts how often the launcher started it.
 
 usage: refused_toy.py OUT_DIR config|data-on-rank-1|exit-3-on-rank-1
   config           TrainingArguments(tensor_parallel_degree=3) on 2 processes: a ConfigError on every rank
@@ -9,6 +9,10 @@ usage: refused_toy.py OUT_DIR config|data-on-rank-1|exit-3-on-rank-1
 
 import os
 import sys
+
+if __name__ == "__main__":  # first: a rank the launcher stops early has still been counted
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "launches"), "a") as f:
+        f.write(os.environ.get("PADDLE_TRAINER_ID", "0") + "\n")
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(TESTS))
@@ -23,8 +27,6 @@ from trainer.errors import DataError
 
 def main(out, mode):
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    with open(os.path.join(os.path.dirname(os.path.abspath(out)), "launches"), "a") as f:
-        f.write(f"{rank}\n")
     degree = 3 if mode == "config" else -1
     args = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=50, report_to=[],
                              evaluation_strategy="no", tensor_parallel_degree=degree)
