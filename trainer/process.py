@@ -20,6 +20,9 @@ signalled or killed first (docs/how-to/preemption.md):
   138): there is nothing to save before ``fit()``. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
+- :func:`guard_console`: ``ptrain``'s stdout and stderr survive a closed pipe (``ptrain ... | tee log``
+  whose ``tee`` the same Ctrl-C killed, ``| head -1``): writes then go to ``/dev/null`` instead of raising
+  ``BrokenPipeError`` in a signal path or in the interpreter's last flush.
 - :func:`hand_off_exit_code`: a preempted ``fit()`` returns to the script,
   and the script may simply end; the process then still exits with the
   preemption's code (130 / 143 / 138), so that it reaches the launcher, ``ptrain``

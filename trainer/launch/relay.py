@@ -84,9 +84,9 @@ class Relay(threading.Thread):
     lines (a progress bar's ``\\r`` updates) at once, except the launcher's own failure block, held until it is
     complete and shown unless it names a preemption's code."""
 
-    def __init__(self, fd: int, log: ConsoleLog):
+    def __init__(self, fd: int, log: ConsoleLog, quiet: bool = True):
         super().__init__(name="ptrain-launcher-output", daemon=True)
-        self.fd, self.log = fd, log
+        self.fd, self.log, self.quiet = fd, log, quiet  # quiet False (--verbose): every line is shown
         self.first_failure: Optional[Tuple[int, int]] = None  # (rank, exit code) the launcher saw failing first
         self.preempted_block = False  # a "Container failed" of a preempted rank was kept off the console
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -131,7 +131,7 @@ class Relay(threading.Thread):
             rank, code = int(found.group(1)), int(found.group(2))
             if self.first_failure is None:
                 self.first_failure = (rank, code)
-            if code in PREEMPTED_CODES:
+            if code in PREEMPTED_CODES and self.quiet:
                 self.preempted_block = self._quiet = True
                 return ""
             return held + line

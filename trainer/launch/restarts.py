@@ -98,7 +98,7 @@ def _launch_until_done(ns, target: List[str], log_dir: str, log: ConsoleLog) -> 
         failures = tempfile.mkdtemp(prefix="ptrain-failures-")
         env[FAILURE_DIR_ENV] = failures
         try:
-            code, first_failed = run_launcher(cmd, env, log)
+            code, first_failed = run_launcher(cmd, env, log, quiet=not getattr(ns, "verbose", False))
             records = read_failures(failures)
             _keep_tracebacks(failures, log_dir)
         finally:

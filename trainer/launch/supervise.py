@@ -6,7 +6,14 @@ never leaves a process of it behind.
 - in its own process group (a Ctrl-C in the terminal or a SIGTERM to
   ``ptrain``'s group reaches ``ptrain`` alone, which decides what the job gets);
 - with a parent-death signal (SIGTERM when ``ptrain`` dies, even by SIGKILL:
-  the launcher then stops its workers, which save and exit 143).
+  the launcher then stops its workers, which save and exit 143);
+- with its stdout and stderr on one pipe that ``ptrain`` relays to its console and to
+  ``LOG_DIR/console.log`` (``trainer.launch.relay``): the launcher never writes into a closed
+  console, and ``ptrain`` learns which rank it saw failing first, with its code.
+
+The signal handler only records the signal and forwards it; the line that announces it is printed by
+the loop that waits for the job (a write from a handler could meet a closed pipe, or interrupt another
+write of the same stream).
 
 SIGTERM, SIGINT, SIGHUP (forwarded as SIGTERM) or SIGUSR1 to ``ptrain``
 (Kubernetes sends SIGTERM to PID 1, Slurm ``--signal=USR1@N``) is forwarded
@@ -210,14 +217,15 @@ class LauncherEnd(NamedTuple):
     first_failed: Optional[Tuple[int, int]]  #: (rank, exit code) of the rank the launcher saw failing first
 
 
-def run_launcher(cmd: List[str], env: Optional[dict] = None, log: Optional[ConsoleLog] = None) -> LauncherEnd:
+def run_launcher(cmd: List[str], env: Optional[dict] = None, log: Optional[ConsoleLog] = None,
+                 quiet: bool = True) -> LauncherEnd:
     """Run the launcher command ``cmd`` under supervision; return how the job ended. Its output goes to the
-    console and ``log`` (``trainer.launch.relay``)."""
+    console and ``log`` (``trainer.launch.relay``; ``quiet`` False shows even the lines kept off a quiet console)."""
     log = log or ConsoleLog(None)  # the console only
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")  # its lines reach the console as printed
     proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
-    relay = Relay(proc.stdout.fileno(), log)
+    relay = Relay(proc.stdout.fileno(), log, quiet)
     relay.start()
     sup = _Supervisor(proc, log)
     previous = {}
