@@ -10,13 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import psutil
 from helpers import REPO, free_port
+from job_tree import assert_all_gone, latest_checkpoint, tree
 from patience import patience
-
-from trainer.checkpoint.manifest import verify
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 TOY = os.path.join(WORKERS, "preempt_toy.py")
@@ -27,38 +24,6 @@ PTRAIN = [sys.executable, "-m", "trainer.cli"]
 def console(tmp_path):
     path = tmp_path / "logs" / "console.log"
     return path.read_text(errors="replace") if path.exists() else "(no console.log)"
-
-
-def tree(pid):
-    root = psutil.Process(pid)
-    return [root] + root.children(recursive=True)
-
-
-def alive(procs):
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
-def assert_all_gone(procs, timeout):
-    deadline = time.time() + timeout
-    while alive(procs) and time.time() < deadline:
-        time.sleep(0.1)
-    left = alive(procs)
-    for p in left:
-        p.kill()
-    assert not left, f"left running: {[p.pid for p in left]}"
-
-
-def latest_checkpoint(out):
-    name = (Path(out) / "checkpoints" / "latest").read_text().strip()
-    verify(os.path.join(out, "checkpoints", name))  # every file matches the manifest
-    return int(name.split("-")[1])
 
 
 def launch_into(reader, tmp_path, out, steps, *extra):

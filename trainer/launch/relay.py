@@ -33,6 +33,7 @@ PREEMPTED_CODES = (130, 138, 143)
 _FAILED = re.compile(r"^LAUNCH ERROR .*Container failed !!!\s*$")
 _CONTAINER = re.compile(r"^Container rank (\d+) status failed cmd .* code (-?\d+) log (\S+)\s*$")
 _HELD_PREFIXES = ("LAUNCH ERROR", "Container rank")
+_OWN_PREFIXES = ("LAUNCH ", "ptrain: ")  # the launcher's log lines, the etcd wrapper's (trainer/launch/elastic.py)
 
 
 class ConsoleLog:
@@ -110,17 +111,30 @@ class Relay(threading.Thread):
 
     def _feed(self, text: str) -> None:
         text, self._pending = self._pending + text, ""
-        out = []
+        out, err = [], []  # the launcher's and ptrain's own lines to stderr, as before the relay; the rest to stdout
         for line in text.splitlines(keepends=True):
             if not line.endswith(("\n", "\r")):  # the last piece, not a complete line yet
-                if line.startswith(_HELD_PREFIXES) or any(p.startswith(line) for p in _HELD_PREFIXES):
+                if line.startswith(_HELD_PREFIXES + _OWN_PREFIXES) or any(p.startswith(line) for p in _HELD_PREFIXES
+                                                                          + _OWN_PREFIXES):
                     self._pending = line
                 elif not self._quiet:
                     out.append(line)
                 continue
-            out.append(self._line(line))
+            shown = self._line(line)
+            if shown.startswith(_HELD_PREFIXES + _OWN_PREFIXES):
+                if out:
+                    self.log.show("".join(out))
+                    out = []
+                err.append(shown)
+            else:
+                if err:
+                    self.log.show("".join(err), sys.stderr)
+                    err = []
+                out.append(shown)
         if out:
             self.log.show("".join(out))
+        if err:
+            self.log.show("".join(err), sys.stderr)
 
     def _line(self, line: str) -> str:
         if self._held is not None:
