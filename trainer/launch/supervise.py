@@ -82,8 +82,8 @@ def _child_setup() -> None:  # runs in the child between fork and exec
 
 
 class _Supervisor:
-    def __init__(self, proc: subprocess.Popen, log: ConsoleLog):
-        self.proc, self.log = proc, log
+    def __init__(self, proc: subprocess.Popen, log: Optional[ConsoleLog] = None):
+        self.proc, self.log = proc, log or ConsoleLog(None)
         self.signum: Optional[int] = None
         self.received: Optional[int] = None  # the signal as received, announced by wait() (never in the handler)
         self.signal_time: Optional[float] = None
