@@ -134,3 +134,29 @@ def test_a_preempted_job_shows_no_launcher_failure_and_names_its_logs(tmp_path):
     assert "Container failed" not in shown and "LAUNCH ERROR" not in shown, shown[-3000:]
     assert shown.count("preempted by SIGINT at step") <= 1, shown[-3000:]  # the launcher's repeat of the log tail
     assert shown.strip().splitlines()[-1].endswith(f"the workers' logs and this console are in {tmp_path / 'logs'}")
+
+
+def test_ctrl_c_of_one_process_ptrain_run_piped_into_tee_exits_130(tmp_path):
+    """No launcher: the training process itself writes into the pipe (the progress bar, the preemption's lines)."""
+    out = tmp_path / "run"
+    sink = subprocess.Popen(["tee", str(tmp_path / "tee.log")], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            process_group=0)
+    proc = subprocess.Popen(PTRAIN + ["run", "digits", "--output_dir", str(out), "--max_steps", "100000",
+                                      "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no",
+                                      "--save_steps", "100000"],
+                            stdout=sink.stdin, stderr=sink.stdin, env=ENV, cwd=tmp_path, process_group=sink.pid)
+    sink.stdin.close()
+    try:
+        metrics = out / "metrics.jsonl"
+        wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc, "step 15")
+        os.kill(sink.pid, signal.SIGINT)
+        sink.wait(timeout=patience(30))
+        os.killpg(sink.pid, signal.SIGINT)
+        proc.wait(timeout=patience(120))
+    finally:
+        for p in (proc, sink):
+            if p.poll() is None:
+                p.kill()
+    assert proc.returncode == 130  # was 1: BrokenPipeError from the progress bar's write
+    assert latest_checkpoint(str(out)) >= 15
+    assert not (out / ".ptrain.lock").exists()
