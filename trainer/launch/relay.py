@@ -25,7 +25,6 @@ import os
 import re
 import sys
 import threading
-from typing import Optional, Tuple
 
 CONSOLE_LOG = "console.log"
 #: exit codes of a rank that was preempted: the launcher's "Container failed" for them is not a failure
@@ -39,7 +38,7 @@ _OWN_PREFIXES = ("LAUNCH ", "ptrain: ")  # the launcher's log lines, the etcd wr
 class ConsoleLog:
     """``LOG_DIR/console.log``, appended to, and the console: one place for every line of a launched job."""
 
-    def __init__(self, log_dir: Optional[str]):
+    def __init__(self, log_dir: str | None):
         self.path = os.path.join(log_dir, CONSOLE_LOG) if log_dir else None
         self._lock = threading.Lock()
         self._file = None
@@ -88,7 +87,7 @@ class Relay(threading.Thread):
     def __init__(self, fd: int, log: ConsoleLog, quiet: bool = True):
         super().__init__(name="ptrain-launcher-output", daemon=True)
         self.fd, self.log, self.quiet = fd, log, quiet  # quiet False (--verbose): every line is shown
-        self.first_failure: Optional[Tuple[int, int]] = None  # (rank, exit code) the launcher saw failing first
+        self.first_failure: tuple[int, int] | None = None  # (rank, exit code) the launcher saw failing first
         self.preempted_block = False  # a "Container failed" of a preempted rank was kept off the console
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._pending = ""  # the start of a line that may open the launcher's failure block
