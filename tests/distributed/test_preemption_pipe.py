@@ -46,6 +46,21 @@ def wait_for(predicate, proc, what):
         time.sleep(0.05)
 
 
+def ctrl_c(proc, sink):
+    """What the shell does on Ctrl-C: SIGINT to the pipeline's process group; the reader (tee) dies first."""
+    if sink.poll() is None:
+        os.kill(sink.pid, signal.SIGINT)
+        sink.wait(timeout=patience(30))
+    os.killpg(sink.pid, signal.SIGINT)
+    proc.wait(timeout=patience(120))
+
+
+def kill_left(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+
+
 def ctrl_c_through_closed_pipe(tmp_path, reader):
     out = str(tmp_path / "out")
     os.makedirs(out)
@@ -53,15 +68,9 @@ def ctrl_c_through_closed_pipe(tmp_path, reader):
     try:
         wait_for(lambda: os.path.exists(os.path.join(out, "at-20-rank1")), proc, "step 20")
         procs = tree(proc.pid)
-        if sink.poll() is None:  # tee: the shell's SIGINT reaches it too, and it dies first
-            os.kill(sink.pid, signal.SIGINT)
-            sink.wait(timeout=patience(30))
-        os.killpg(sink.pid, signal.SIGINT)  # Ctrl-C: the whole pipeline's process group
-        proc.wait(timeout=patience(120))
+        ctrl_c(proc, sink)
     finally:
-        for p in (proc, sink):
-            if p.poll() is None:
-                p.kill()
+        kill_left(proc, sink)
     assert proc.returncode == 130, console(tmp_path)[-3000:]
     step = latest_checkpoint(out)  # verified: every file matches its manifest
     assert step > 20
@@ -104,9 +113,7 @@ def test_a_job_piped_into_head_completes_with_exit_0(tmp_path):
         procs = tree(proc.pid)
         proc.wait(timeout=patience(300))
     finally:
-        for p in (proc, sink):
-            if p.poll() is None:
-                p.kill()
+        kill_left(proc, sink)
     assert proc.returncode == 0, console(tmp_path)[-3000:]
     assert os.path.exists(os.path.join(out, "final-rank0-completed.npz"))
     assert_all_gone(procs, timeout=patience(30))
@@ -126,8 +133,7 @@ def test_a_preempted_job_shows_no_launcher_failure_and_names_its_logs(tmp_path):
         proc.send_signal(signal.SIGINT)
         shown, _ = proc.communicate(timeout=patience(120))
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_left(proc)
     assert proc.returncode == 130, shown[-3000:]
     kept = console(tmp_path)
     assert "Container failed" in kept and "code 130" in kept  # the launcher's own words, on disk
@@ -149,14 +155,9 @@ def test_ctrl_c_of_one_process_ptrain_run_piped_into_tee_exits_130(tmp_path):
     try:
         metrics = out / "metrics.jsonl"
         wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc, "step 15")
-        os.kill(sink.pid, signal.SIGINT)
-        sink.wait(timeout=patience(30))
-        os.killpg(sink.pid, signal.SIGINT)
-        proc.wait(timeout=patience(120))
+        ctrl_c(proc, sink)
     finally:
-        for p in (proc, sink):
-            if p.poll() is None:
-                p.kill()
+        kill_left(proc, sink)
     assert proc.returncode == 130  # was 1: BrokenPipeError from the progress bar's write
     assert latest_checkpoint(str(out)) >= 15
     assert not (out / ".ptrain.lock").exists()
