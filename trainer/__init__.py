@@ -30,6 +30,11 @@ warnings.filterwarnings("ignore", message="No ccache found")
 __version__ = "0.1.0"
 
 
+from .process import record_uncaught_failures
+
+record_uncaught_failures()  # a rank of ptrain's launcher: an uncaught ConfigError ends it with 2, never restarted
+
+
 def _check_not_shadowed(name: str = "callbacks") -> None:
     """The top-level package ``callbacks`` ships beside ``trainer``; a user's ``callbacks.py`` (or folder) first on
     ``sys.path`` (a script's own folder is) hides it, and the first import deep inside the trainer fails with

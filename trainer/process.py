@@ -20,6 +20,9 @@ signalled or killed first (docs/how-to/preemption.md):
   138): there is nothing to save before ``fit()``. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
+- :func:`guard_console`: ``ptrain``'s stdout and stderr survive a closed pipe (``ptrain ... | tee log``
+  whose ``tee`` the same Ctrl-C killed, ``| head -1``): writes then go to ``/dev/null`` instead of raising
+  ``BrokenPipeError`` in a signal path or in the interpreter's last flush.
 - :func:`hand_off_exit_code`: a preempted ``fit()`` returns to the script,
   and the script may simply end; the process then still exits with the
   preemption's code (130 / 143 / 138), so that it reaches the launcher, ``ptrain``
@@ -213,6 +216,60 @@ def startup_handlers_active(active: bool) -> bool:
     return previous
 
 
+# ---- a console that is a closed pipe --------------------------------------------------------------------
+class _PipeSafe:
+    """``sys.stdout`` / ``sys.stderr`` whose reader may be gone (``| tee`` killed by the Ctrl-C that stops the
+    job, ``| head -1``): the first write or flush that meets the closed pipe points the stream's file descriptor
+    at ``/dev/null`` and carries on. Without it ``print`` raises ``BrokenPipeError`` wherever it happens to be
+    (a signal handler, a callback) and the interpreter's last flush at exit fails too (exit code 120); Python's
+    "Note on SIGPIPE" does the same ``dup2``. Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _closed(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null: the pipe's reader is gone
+            except (OSError, ValueError):
+                pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def guard_console() -> None:
+    """Make ``sys.stdout`` and ``sys.stderr`` survive a closed pipe (:class:`_PipeSafe`); ``ptrain`` calls it first.
+    Idempotent; a stream without a file descriptor (a test's capture) is left as it is."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or isinstance(stream, _PipeSafe):
+            continue
+        try:
+            stream.fileno()
+        except (OSError, ValueError, AttributeError):
+            continue
+        setattr(sys, name, _PipeSafe(stream))
+
+
 # ---- the exit code of a preempted run ------------------------------------------------------------------
 _HANDOFF = {"code": 0, "installed": False, "hook": None}
 
@@ -251,6 +308,10 @@ def _excepthook(kind, value, tb) -> None:
         sys.stderr.write(f"ptrain: {value}\n")
         return
     folder = os.environ.get(FAILURE_DIR_ENV)
+    if folder and value is not _HANDOFF.get("failure") and _is_trainer_error(value):
+        # raised by the script outside fit() (TrainingArguments, Trainer(...)): recorded like fit()'s own, so
+        # that its code (2 for a ConfigError) ends the job instead of Python's 1, which --max_restarts restarts
+        record_failure(int(os.environ.get("PADDLE_TRAINER_ID") or 0), value)
     if folder and value is _HANDOFF.get("failure"):  # recorded for ptrain, which prints it once for all ranks
         import traceback
 
@@ -277,6 +338,20 @@ def _exit_with_handed_off_code() -> None:
 #: so ptrain names the failure (any rank's, not only the one the launcher's exit code comes from) and does not
 #: restart one that a restart cannot fix
 FAILURE_DIR_ENV = "PTRAIN_FAILURE_DIR"
+
+
+def _is_trainer_error(value) -> bool:
+    from .errors import TrainerError
+
+    return isinstance(value, TrainerError)
+
+
+def record_uncaught_failures() -> None:
+    """Under ptrain's launcher (``PTRAIN_FAILURE_DIR`` set; ``import trainer`` calls this): a project error
+    (``trainer.errors.TrainerError``) the script leaves uncaught, wherever it was raised, is recorded with
+    :func:`record_failure` and ends the rank with its code, as an error of ``fit()`` does. No-op elsewhere."""
+    if os.environ.get(FAILURE_DIR_ENV):
+        _install_hooks()
 
 
 def record_failure(rank: int, error: BaseException) -> None:

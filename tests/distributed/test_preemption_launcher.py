@@ -13,12 +13,12 @@ import subprocess
 import sys
 import time
 
+import job_tree
 import psutil
 import pytest
 from helpers import REPO, free_port
+from job_tree import alive, assert_all_gone, cmdline, latest_checkpoint
 from patience import patience
-
-from trainer.checkpoint.manifest import verify
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 TOY = os.path.join(WORKERS, "preempt_toy.py")
@@ -50,46 +50,7 @@ def _no_leftovers():
 
 
 def tree(pid):
-    """pid and every descendant, as psutil processes (create time kept to be immune to pid reuse)."""
-    root = psutil.Process(pid)
-    procs = [root] + root.children(recursive=True)
-    _SEEN.extend(procs)
-    return procs
-
-
-def cmdline(p):
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:  # gone, or a zombie helper
-        return ""
-
-
-def alive(procs):
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
-def assert_all_gone(procs, timeout=30):
-    deadline = time.time() + timeout
-    while alive(procs) and time.time() < deadline:
-        time.sleep(0.1)
-    left = alive(procs)
-    for p in left:
-        p.kill()
-    assert not left, f"left running: {[(p.pid, cmdline(p)[-120:]) for p in left]}"
-
-
-def latest_checkpoint(out):
-    name = open(os.path.join(out, "checkpoints", "latest")).read().strip()
-    path = os.path.join(out, "checkpoints", name)
-    verify(path)  # every file matches the manifest
-    return int(name.split("-")[1])
+    return job_tree.tree(pid, _SEEN)
 
 
 def raw_launch(tmp_path, out, steps=400):

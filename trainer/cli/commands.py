@@ -11,13 +11,14 @@ from ..errors import ConfigError, DataError, TrainerError, cli_terms
 from ..launch.flags import check_launch_flags, wants_launch
 from ..launch.restarts import launch_with_restarts
 from ..launch.slurm import requeue_if_preempted
-from ..process import install_startup_handlers, record_failure
+from ..process import guard_console, install_startup_handlers, record_failure
 from .parser import build_parser
 from .run import resolve_run, run_here, run_target
 from .tasks import available_tasks, get_task
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    guard_console()  # `ptrain ... | tee log` whose tee is gone: writes go nowhere instead of raising
     install_startup_handlers()  # SIGTERM/SIGINT before training: exit 143/130 at once
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_help = "-h" in argv or "--help" in argv

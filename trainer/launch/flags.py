@@ -30,7 +30,8 @@ def add_launch_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--elastic_timeout", type=int, default=None,
                    help="etcd: seconds to wait for more nodes before starting with MIN (paddle's default 30)")
     g.add_argument("--log_dir", default=None,
-                   help="the launcher's and workers' logs (ptrain run: OUTPUT_DIR/launch_logs; launch: ./log)")
+                   help="the workers' logs (workerlog.N) and the job's console (console.log); default "
+                        "OUTPUT_DIR/launch_logs for ptrain run, ./log for ptrain launch")
 
 
 def check_launch_flags(ns) -> None:

@@ -31,6 +31,7 @@ from ..checkpoint import RESUME_ENV
 from ..errors import ConfigError
 from ..process import FAILURE_DIR_ENV, REQUEUE_EXIT, read_failures
 from .flags import ETCD, is_etcd
+from .relay import ConsoleLog
 from .supervise import STOPPED_AFTER_FAILURE, run_launcher
 
 # exit codes that a relaunch cannot fix: bad configuration, bad data, training cannot go on (e.g. NaN guard,
@@ -71,6 +72,15 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
     Each restart is logged with its cause. With an etcd master, the launcher's own restarts of its workers
     (a peer failed, left or joined) count too, and a launcher that gave up ("peer not ready") is started again.
     """
+    log_dir = os.path.abspath(log_dir)  # named in every closing line: a path that works from anywhere
+    log = ConsoleLog(log_dir)  # the job's console, also in LOG_DIR/console.log
+    try:
+        return _launch_until_done(ns, target, log_dir, log)
+    finally:
+        log.close()
+
+
+def _launch_until_done(ns, target: List[str], log_dir: str, log: ConsoleLog) -> int:
     env = dict(os.environ)
     if is_etcd(ns):
         # an etcd launcher restarts its workers with the environment of their first start: set it from the start
@@ -84,11 +94,11 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
             os.close(fd)
             env["PTRAIN_LAUNCH_STATUS"] = status_file
         cmd = launch_command(ns, target, log_dir, internal_restarts=ns.max_restarts - used)
-        print("ptrain: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
+        log.say("ptrain: launching: " + " ".join(cmd))
         failures = tempfile.mkdtemp(prefix="ptrain-failures-")
         env[FAILURE_DIR_ENV] = failures
         try:
-            code = run_launcher(cmd, env)
+            code, first_failed = run_launcher(cmd, env, log, quiet=not getattr(ns, "verbose", False))
             records = read_failures(failures)
             _keep_tracebacks(failures, log_dir)
         finally:
@@ -96,23 +106,32 @@ def launch_with_restarts(ns, target: List[str], log_dir: str) -> int:
         outcome = _read_status(status_file)
         used += outcome.get("restarts", 0)
         if code == 0:
+            log.say(f"ptrain: the job completed; the workers' logs and this console are in {log_dir}")
             return 0
-        code, named = _failure_of(code, records, log_dir)
+        code, named = _failure_of(code, records, log_dir, log)
+        said = named is not None  # each rank's recorded error is on the console already
+        if not named and first_failed and first_failed[1] and first_failed[1] in NO_RESTART and first_failed[1] != code:
+            # paddle's launcher exits with the code of the first rank in rank order (rank 0, stopped by the launcher
+            # itself after rank 1 failed); the rank it saw failing first ended with a code no restart can fix
+            code, named = first_failed[1], f"rank {first_failed[0]} exited with code {first_failed[1]}"
         cause = named or outcome.get("cause") or f"the launcher exited with code {code}"
         if code in NO_RESTART or code < 0 or used >= ns.max_restarts:
             why = ("no restart can fix it" if code in NO_RESTART or code < 0 else
                    f"all {ns.max_restarts} restarts are used" if ns.max_restarts else "restarts are off (--max_restarts)")
-            if code not in (130, REQUEUE_EXIT, 143) and not named:
-                print(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
-                      f"{log_dir}", file=sys.stderr, flush=True)
+            if code not in (130, REQUEUE_EXIT, 143) and not said:
+                log.say(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
+                        f"{log_dir}")
+            elif code in (130, REQUEUE_EXIT, 143):
+                log.say(f"ptrain: the job stopped with exit code {code} (preempted: each rank saved and exited); "
+                        f"the workers' logs and this console are in {log_dir}")
             return code
         used += 1
         env[RESUME_ENV] = "auto"
-        print(f"ptrain: restart {used} of {ns.max_restarts} from the latest checkpoint ({time.strftime('%H:%M:%S')}): "
-              f"{cause}", file=sys.stderr, flush=True)
+        log.say(f"ptrain: restart {used} of {ns.max_restarts} from the latest checkpoint ({time.strftime('%H:%M:%S')}): "
+                f"{cause}")
 
 
-def _failure_of(code: int, records: list, log_dir: str = "log"):
+def _failure_of(code: int, records: list, log_dir: str = "log", log: Optional[ConsoleLog] = None):
     """The job's exit code and cause from what the ranks recorded (``trainer.process.record_failure``): a rank's
     error that no restart can fix (a DataError on rank 1 while rank 0 was stopped by the launcher) wins over the
     launcher's code; each recorded error is printed on ptrain's console."""
@@ -120,8 +139,8 @@ def _failure_of(code: int, records: list, log_dir: str = "log"):
     for (error, rcode), ranks in _same_errors(records).items():  # ranks that failed alike: one line
         what = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
         then = "no restart can fix it" if rcode in NO_RESTART else "a restart may help"
-        print(f"ptrain: {what} failed (exit {rcode}): {error} ({then}; the workers' logs are in {log_dir})",
-              file=sys.stderr, flush=True)
+        (log or ConsoleLog(None)).say(f"ptrain: {what} failed (exit {rcode}): {error} ({then}; the workers' logs "
+                                      f"are in {log_dir})")
     chosen = final[0] if final else (records[0] if records else None)
     if chosen is None:
         return code, None

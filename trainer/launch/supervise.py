@@ -6,7 +6,14 @@ never leaves a process of it behind.
 - in its own process group (a Ctrl-C in the terminal or a SIGTERM to
   ``ptrain``'s group reaches ``ptrain`` alone, which decides what the job gets);
 - with a parent-death signal (SIGTERM when ``ptrain`` dies, even by SIGKILL:
-  the launcher then stops its workers, which save and exit 143).
+  the launcher then stops its workers, which save and exit 143);
+- with its stdout and stderr on one pipe that ``ptrain`` relays to its console and to
+  ``LOG_DIR/console.log`` (``trainer.launch.relay``): the launcher never writes into a closed
+  console, and ``ptrain`` learns which rank it saw failing first, with its code.
+
+The signal handler only records the signal and forwards it; the line that announces it is printed by
+the loop that waits for the job (a write from a handler could meet a closed pipe, or interrupt another
+write of the same stream).
 
 SIGTERM, SIGINT, SIGHUP (forwarded as SIGTERM) or SIGUSR1 to ``ptrain``
 (Kubernetes sends SIGTERM to PID 1, Slurm ``--signal=USR1@N``) is forwarded
@@ -41,11 +48,17 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import psutil
 
-from ..process import STOP_SIGNALS, set_parent_death_signal, startup_handlers_active, stop_signal
+from ..process import (
+    STOP_SIGNALS,
+    set_parent_death_signal,
+    startup_handlers_active,
+    stop_signal,
+)
+from .relay import ConsoleLog, Relay
 
 logger = logging.getLogger("trainer.supervise")
 
@@ -69,21 +82,28 @@ def _child_setup() -> None:  # runs in the child between fork and exec
 
 
 class _Supervisor:
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, log: Optional[ConsoleLog] = None):
+        self.proc, self.log = proc, log or ConsoleLog(None)
         self.signum: Optional[int] = None
+        self.received: Optional[int] = None  # the signal as received, announced by wait() (never in the handler)
         self.signal_time: Optional[float] = None
         self.escalated: Optional[float] = None
         self.known: Dict[int, float] = {}  # pid -> create_time of every process of the job seen
 
     # ---- signals ------------------------------------------------------------------
     def on_signal(self, signum, frame) -> None:
+        # no output here: a write interrupted by this handler, or one into a closed pipe (the reader of
+        # `ptrain ... | tee` got the same Ctrl-C), must not stop the forwarding; wait() announces it
         received, signum = signum, stop_signal(signum)
         if self.signum is None:
-            self.signum, self.signal_time = signum, time.monotonic()
-            print(f"ptrain: {signal.Signals(received).name}: stopping the job (each rank saves and exits); "
-                  f"waiting up to {stop_seconds():.0f} s", flush=True)
+            self.signum, self.signal_time, self.received = signum, time.monotonic(), received
         self.forward(signum)
+
+    def _announce(self) -> None:
+        if self.received is not None:
+            received, self.received = self.received, None
+            self.log.say(f"ptrain: {signal.Signals(received).name}: stopping the job (each rank saves and exits); "
+                         f"waiting up to {stop_seconds():.0f} s")
 
     def forward(self, signum: int) -> None:
         workers = self._children()
@@ -115,6 +135,7 @@ class _Supervisor:
     # ---- waiting ------------------------------------------------------------------
     def wait(self) -> int:
         while True:
+            self._announce()
             try:
                 return self.proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
@@ -124,11 +145,11 @@ class _Supervisor:
                 continue
             now = time.monotonic()
             if self.escalated is None and now - self.signal_time > stop_seconds():
-                print("ptrain: the job did not stop in time: SIGTERM to the launcher", flush=True)
+                self.log.say("ptrain: the job did not stop in time: SIGTERM to the launcher")
                 self.escalated = now
                 self._signal_launcher(signal.SIGTERM)
             elif self.escalated is not None and now - self.escalated > ESCALATE_AFTER_LAUNCHER_SIGTERM:
-                print("ptrain: the job still runs: SIGKILL to every process of it", flush=True)
+                self.log.say("ptrain: the job still runs: SIGKILL to every process of it")
                 self._kill_all()
 
     def _signal_launcher(self, signum: int) -> None:
@@ -165,8 +186,8 @@ class _Supervisor:
         deadline = time.monotonic() + stop_seconds()
         left = self._alive()
         if left:
-            print(f"ptrain: the launcher ended; waiting for {len(left)} process(es) of the job: "
-                  f"{', '.join(str(p.pid) for p in left)}", flush=True)
+            self.log.say(f"ptrain: the launcher ended; waiting for {len(left)} process(es) of the job: "
+                         f"{', '.join(str(p.pid) for p in left)}")
         while left and time.monotonic() < deadline:
             time.sleep(0.2)
             left = self._alive()
@@ -182,6 +203,7 @@ class _Supervisor:
             # the first rank in rank order died of SIGTERM, which only paddle's launcher sends it (our ranks turn a
             # SIGTERM from anywhere else into a save and exit 143): another rank failed first (a crashed pipeline
             # stage, a dead data-parallel rank) and the launcher stopped the rest: a failure a restart may fix
+            # (trainer.launch.restarts then looks at what that rank recorded, or the code the launcher logged for it)
             code = STOPPED_AFTER_FAILURE
         elif 256 - 64 <= code < 256:  # paddle's launcher: sys.exit(a rank's returncode -N) is 256 - N
             code = 128 + (256 - code)
@@ -190,10 +212,22 @@ class _Supervisor:
         return code
 
 
-def run_launcher(cmd: List[str], env: Optional[dict] = None) -> int:
-    """Run the launcher command ``cmd`` under supervision; return the job's exit code."""
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup)
-    sup = _Supervisor(proc)
+class LauncherEnd(NamedTuple):
+    code: int  #: the job's exit code (see the module docstring)
+    first_failed: Optional[Tuple[int, int]]  #: (rank, exit code) of the rank the launcher saw failing first
+
+
+def run_launcher(cmd: List[str], env: Optional[dict] = None, log: Optional[ConsoleLog] = None,
+                 quiet: bool = True) -> LauncherEnd:
+    """Run the launcher command ``cmd`` under supervision; return how the job ended. Its output goes to the
+    console and ``log`` (``trainer.launch.relay``; ``quiet`` False shows even the lines kept off a quiet console)."""
+    log = log or ConsoleLog(None)  # the console only
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")  # its lines reach the console as printed
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    relay = Relay(proc.stdout.fileno(), log, quiet)
+    relay.start()
+    sup = _Supervisor(proc, log)
     previous = {}
     startup_exit = startup_handlers_active(False)  # ptrain waits for the job instead
     if threading.current_thread() is threading.main_thread():
@@ -209,5 +243,8 @@ def run_launcher(cmd: List[str], env: Optional[dict] = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         startup_handlers_active(startup_exit)
+    relay.join(timeout=5)  # the launcher's last lines (its pipe closes when it exits)
+    proc.stdout.close()
+    sup._announce()
     sup.reap()
-    return sup.exit_code(code)
+    return LauncherEnd(sup.exit_code(code), relay.first_failure)
