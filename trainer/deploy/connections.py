@@ -202,7 +202,8 @@ class GuardedH11Protocol(H11Protocol):
             super().shutdown()
 
     def refuse_and_linger(self, line: str, template: bytes = REFUSED_503, linger: float = LINGER) -> None:
-        """Answer 503 ``line`` (or ``template``'s status), half-close, and close when the client closes (asyncio closes the transport at its
+        """Answer 503 ``line`` (or ``template``'s status), half-close, and close when the client closes (asyncio
+        closes the transport at its
         EOF) or after ``linger`` s; the client's bytes are read and dropped meanwhile."""
         self.lingering = True
         if self.cycle is not None and not self.cycle.response_complete:

@@ -19,12 +19,14 @@ call                   answer
 
 Status codes: INVALID_ARGUMENT (a bad request: the HTTP 400 line), NOT_FOUND (no such model or version),
 RESOURCE_EXHAUSTED (the model's queue is full, or a message over ``--max_body_bytes``), UNAVAILABLE (not loaded,
-cannot load, or draining), INTERNAL (the predictor died on the batch or the runtime failed on it).
+cannot load, or draining), INTERNAL (the predictor died on the batch or the runtime failed on it, or a bug of the
+server's: its traceback is logged). No input the client controls gives UNKNOWN or a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from typing import Optional, Tuple
@@ -39,6 +41,7 @@ from .oip import DATATYPES, datatype, parse_infer
 from .payload import BadRequest
 from .pool import WorkerDied
 
+logger = logging.getLogger("trainer.serve")
 GRPC_EXTRA = 'pip install -e ".[serve]" in the paddle-trainer checkout (grpcio and tritonclient\'s compiled protocol)'
 
 #: the typed ``contents`` field of each datatype (FP16 has none: send it in raw_input_contents)
@@ -142,6 +145,11 @@ class Servicer:
             state.grpc_in_flight += 1  # other calls see it: a call that is not alone waits to be batched
             try:
                 response = await self._infer(request, model)
+            except _Abort:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: one line to the client, the trace logged
+                logger.exception("ModelInfer of %s failed", model.name)
+                raise _Abort(500, "INTERNAL", f"internal error: {type(exc).__name__}: {exc}") from None
             finally:
                 state.answered += 1
                 state.grpc_in_flight -= 1

@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from .batching import ModelUnavailable, QueueFull
-from .oip import infer_response, parse_infer, split_body
+from .oip import header_count, infer_response, parse_infer, split_body
 from .payload import BadRequest, answer, parse_inputs, parse_json
 from .pool import WorkerDied
 
@@ -113,7 +113,7 @@ class _Refused(Exception):
 async def _read_body(request: Request, limit: int) -> Optional[bytes]:
     """The body, or None when it is over ``limit`` bytes (Content-Length or counted while reading)."""
     length = _header(request, b"content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    if length is not None and (header_count(length) or 0) > limit:
         return None
     chunks, size = [], 0
     while True:  # the ASGI messages themselves (request.stream() is a generator around this loop)

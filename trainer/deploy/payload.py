@@ -65,7 +65,7 @@ def parse_json(body: bytes) -> Any:
                          'as {"inputs": [[...], ...]}') from None
 
 
-def _shape_text(shape: Optional[Sequence[int]]) -> str:
+def shape_text(shape: Optional[Sequence[int]]) -> str:
     if not shape:
         return "[N, ...]"
     return "[" + ", ".join("N" if i == 0 else ("any" if d < 0 else str(d)) for i, d in enumerate(shape)) + "]"
@@ -79,7 +79,7 @@ class _Expect:
 
     def __format__(self, spec: str) -> str:
         kind = "integers" if self.dtype.kind in "iu" else "booleans" if self.dtype.kind == "b" else "numbers"
-        return f"{_shape_text(self.shape)} of {kind}"
+        return f"{shape_text(self.shape)} of {kind}"
 
 
 def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
@@ -105,6 +105,8 @@ def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
                          "or exponent")
     if dtype.kind == "b" and raw.dtype.kind != "b":
         raise BadRequest(f"{field}: expected true/false (the model's input is bool), got {raw.dtype.kind} values")
+    if dtype.kind != "b" and raw.dtype.kind == "b":
+        raise BadRequest(f"{field}: expected {expect}, got true/false (the model's input is {dtype.name})")
     if shape:
         if raw.ndim != len(shape):
             raise BadRequest(f"{field}: expected shape {expect}, got {list(raw.shape)} ({raw.ndim} dimensions, the "
@@ -175,7 +177,7 @@ def parse_inputs(body: Any, inputs: List[dict], max_rows: int,
 
 def _one_or_named(inputs: List[dict]) -> str:
     if len(inputs) == 1:
-        return f" of instances, shape {_shape_text(inputs[0].get('shape'))}"
+        return f" of instances, shape {shape_text(inputs[0].get('shape'))}"
     return ", or an object of one batch per input: " + ", ".join(s["name"] for s in inputs)
 
 

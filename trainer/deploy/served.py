@@ -90,7 +90,8 @@ def _repository(path: str) -> List[Tuple[str, str, str]]:
         folder = os.path.join(path, sub)
         if not os.path.isdir(folder) or not NAME.fullmatch(sub):
             continue
-        versions = sorted((int(v) for v in os.listdir(folder) if v.isdigit() and _has_model(os.path.join(folder, v))))
+        versions = sorted(int(v) for v in os.listdir(folder)
+                          if v.isascii() and v.isdigit() and _has_model(os.path.join(folder, v)))
         if versions:
             out.append((sub, str(versions[-1]), os.path.join(folder, str(versions[-1]))))
         elif _has_model(folder):

@@ -62,7 +62,8 @@ def _answers(got):
 def _v1_answered(server):
     """Requests /v1/predict has answered so far, and connections closed for their framing (``/metrics``)."""
     text = server.request("GET", "/metrics")[1]
-    v1 = sum(float(v) for v in re.findall(r'^ptrain_serve_requests_total\{[^}]*protocol="v1"[^}]*\} (\S+)', text, re.MULTILINE))
+    v1 = sum(float(v) for v in re.findall(r'^ptrain_serve_requests_total\{[^}]*protocol="v1"[^}]*\} (\S+)', text,
+                                          re.MULTILINE))
     framing = re.search(r'^ptrain_serve_connections_closed_total\{reason="framing"\} (\S+)', text, re.MULTILINE)
     return v1, float(framing.group(1)) if framing else 0.0
 

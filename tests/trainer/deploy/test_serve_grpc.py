@@ -163,6 +163,31 @@ def test_typed_contents_through_a_plain_stub(served, digits_dir, tmp_path):
     assert code == "StatusCode.INVALID_ARGUMENT" and "has 0 values, shape [2, 64] needs 128" in line
 
 
+SHAPES = [[1] * 99 + [64], [1] * 64 + [64], [0, 2 ** 62, 2 ** 62], [1, 2 ** 62], [2 ** 62, 64], [0, 64], [1, 0]]
+
+
+def test_malformed_shapes_are_invalid_argument_with_https_line(served, digits_dir, tmp_path):
+    """Shapes numpy cannot make (100 dimensions: once UNKNOWN and a traceback, issue 40) or only by allocating
+    10**18 values: INVALID_ARGUMENT with the line HTTP v2 answers 400 for the same tensor, nothing logged."""
+    out = _grpc(served[1], digits_dir[1], f"""
+        with grpc.insecure_channel(address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            out["codes"] = []
+            for shape in {SHAPES!r}:
+                request = service_pb2.ModelInferRequest(model_name="digits")
+                request.inputs.add(name="input", datatype="FP32", shape=shape)
+                request.raw_input_contents.append(x[:1].tobytes())
+                out["codes"].append(err(lambda: stub.ModelInfer(request, timeout=120)))
+    """, tmp_path)
+    for shape, (code, line) in zip(SHAPES, out["codes"]):
+        head = json.dumps({"inputs": [{"name": "input", "shape": shape, "datatype": "FP32",
+                                       "parameters": {"binary_data_size": 256}}]}).encode()
+        status, answer, _ = served[0].infer("digits", head + digits_dir[1][:1].tobytes(),
+                                            headers={"Inference-Header-Content-Length": str(len(head))})
+        assert code == "StatusCode.INVALID_ARGUMENT" and status == 400 and line == answer["error"], (shape, code, line)
+    assert "Traceback" not in served[0].err
+
+
 def test_errors_reach_tritonclient_grpc_with_their_codes(served, digits_dir, tmp_path):
     x = digits_dir[1].copy()
     x[1, 5] = np.nan

@@ -114,6 +114,10 @@ def test_errors_reach_tritonclient_as_one_line(client, digits_dir):
         assert "\n" not in message
 
 
+def _v2(shape, data=(0.0,) * 64):
+    return {"inputs": [{"name": "input", "shape": shape, "datatype": "FP32", "data": list(data)}]}
+
+
 BAD_V2 = [  # (body, headers, a piece of the 400 line)
     (b"{", {}, "the body is not JSON"),
     ({"inputs": []}, {}, '"inputs" must be a non-empty list'),
@@ -129,6 +133,21 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
      {}, "is -Infinity"),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "parameters": {"binary_data_size": 256}}]},
      {"Inference-Header-Content-Length": "999999"}, "Inference-Header-Content-Length '999999' is not a byte count"),
+    # a superscript two: str.isdigit() takes it, int() does not (issue 40, item 6)
+    ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]},
+     {"Inference-Header-Content-Length": "\xb2"}, "Inference-Header-Content-Length '\xb2' is not a byte count"),
+    # shapes numpy cannot make, or only by allocating 10**18 values (item 5): refused before any array is made
+    (_v2([1] * 64 + [64]), {}, '"shape" [1, 1, 1, 1, 1, 1, 1, 1, ...] has 65 dimensions, the model\'s input has 2'),
+    (_v2([1] * 10 ** 6 + [64]), {}, "has 1000001 dimensions, the model's input has 2 ([N, 64])"),
+    (_v2([True, 64]), {}, '"shape" must be a list of sizes >= 0, e.g. [1, 64], got [True, 64]'),
+    (_v2([-1, 64]), {}, "got [-1, 64]"),
+    (_v2([1.0, 64]), {}, "got [1.0, 64]"),
+    (_v2([10 ** 9, 10 ** 9]), {}, "1000000000 instances in one request"),
+    (_v2([1, 2 ** 62], []), {}, "is beyond any tensor's size"),
+    (_v2([0, 2 ** 62, 2 ** 62], []), {}, "has 3 dimensions"),
+    (_v2([0, 64], []), {}, "the batch is empty"),
+    (_v2([2, 64]), {}, '"data" has 64 values, shape [2, 64] needs 128'),
+    (_v2([1, 64], [True] * 64), {}, "datatype FP32 takes numbers, got true/false"),
 ]
 
 
@@ -136,6 +155,8 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
 def test_bad_v2_requests_get_400_with_one_line(server, body, headers, line):
     status, answer, _ = server.infer("digits", body, headers=headers)
     assert status == 400 and line in answer["error"] and "\n" not in answer["error"], answer
+    assert len(answer["error"]) < 400, "the line echoes the request back"
+    assert "Traceback" not in server.err
 
 
 def test_curl_speaks_v2_and_both_protocols_share_one_batcher(server, digits_dir):
