@@ -15,6 +15,8 @@ call                   answer
 ``ModelMetadata``      inputs and outputs with datatype and shape (UNAVAILABLE until loaded)
 ``ModelInfer``         inputs in ``raw_input_contents`` (little-endian, row-major) or typed ``contents``; every
                        asked output (all when none is asked) in ``raw_output_contents``, as Triton answers
+``RepositoryIndex``    every model (READY, or UNAVAILABLE and why) and every repository folder not served, as
+                       ``/v2/repository/index``
 =====================  ==============================================================================================
 
 Status codes: INVALID_ARGUMENT (a bad request: the HTTP 400 line), NOT_FOUND (no such model or version),
@@ -133,6 +135,10 @@ class Servicer:
         tensors = [[self.pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[k]] for k in ("inputs", "outputs")]
         return self.pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
                                              inputs=tensors[0], outputs=tensors[1])
+
+    async def RepositoryIndex(self, request, context):
+        models = [self.pb.RepositoryIndexResponse.ModelIndex(**e) for e in self.state.repository_index(request.ready)]
+        return self.pb.RepositoryIndexResponse(models=models)
 
     async def ModelInfer(self, request, context):
         started, state, model = time.monotonic(), self.state, None

@@ -11,6 +11,8 @@ route                                                 answer
 ``GET /v2/models/{m}[/versions/{v}]``                 model metadata: inputs and outputs with datatype and shape
 ``GET /v2/models/{m}[/versions/{v}]/ready``           200 when that model is ready
 ``POST /v2/models/{m}[/versions/{v}]/infer``          an infer request, JSON or with binary tensor data (``oip``)
+``POST /v2/repository/index`` (or GET)                 every model (READY, or UNAVAILABLE and why) and every folder of a
+                                                      model repository not served (UNAVAILABLE, the reason), as Triton
 ``GET /metrics``                                      Prometheus text format
 ====================================================  =================================================================
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -39,6 +41,7 @@ from .batching import ModelUnavailable, QueueFull
 from .oip import header_count, infer_response, parse_infer, split_body
 from .payload import BadRequest, answer, parse_inputs, parse_json
 from .pool import WorkerDied
+from .served import shown
 
 logger = logging.getLogger("trainer.serve")
 SERVER_NAME = "ptrain-serve"
@@ -50,8 +53,10 @@ class ServeState:
     the limits, the drain accounting."""
 
     def __init__(self, models: Dict[str, Any], metrics, max_batch_size: int, max_body_bytes: int,
-                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000):
+                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000,
+                 skipped: Sequence[Tuple[str, str]] = ()):
         self.models, self.metrics = models, metrics
+        self.skipped = list(skipped)  # (folder, reason) of the model repositories' folders not served
         self.max_batch_size, self.max_body_bytes = max_batch_size, max_body_bytes
         self.allow_nonfinite = allow_nonfinite
         self.decode_budget = decode_budget     # a PixelBudget for tasks whose items are images, or None
@@ -67,6 +72,18 @@ class ServeState:
     @property
     def ready(self) -> bool:
         return not self.draining and all(m.ready for m in self.models.values())
+
+    def repository_index(self, ready_only: bool = False) -> List[dict]:
+        """Triton's repository index: ``{"name", "version", "state", "reason"}`` of every model served (READY, or
+        UNAVAILABLE and why) and every repository folder not served (UNAVAILABLE, the reason it was left out)."""
+        index = []
+        for m in self.models.values():
+            ready = m.ready and not self.draining
+            index.append({"name": m.name, "version": m.version, "state": "READY" if ready else "UNAVAILABLE",
+                          "reason": "" if ready else ("draining" if self.draining else m.pool.status())})
+        index += [{"name": shown(folder), "version": "", "state": "UNAVAILABLE", "reason": f"not served: {reason}"}
+                  for folder, reason in self.skipped]
+        return [e for e in index if e["state"] == "READY"] if ready_only else index
 
 
 def _error(status: int, line: str, retry: bool = False) -> Response:
@@ -309,6 +326,19 @@ def build_app(state: ServeState) -> Starlette:
                           retry=True)
         return Response(status_code=200)
 
+    async def repository_index(request: Request) -> Response:
+        ready_only = False
+        if request.method == "POST":
+            body = await _read_body(request, 4096)
+            try:
+                obj = parse_json(body) if body else {}
+            except BadRequest as exc:
+                return _error(400, str(exc))
+            if not isinstance(obj, dict) or not isinstance(obj.get("ready", False), bool):
+                return _error(400, 'the body is {"ready": true|false} (or empty)')
+            ready_only = obj.get("ready", False)
+        return _json(state.repository_index(ready_only))
+
     async def metrics(request: Request) -> Response:
         for m in state.models.values():
             state.metrics.queue_depth.labels(m.name).set(m.batcher.depth)
@@ -318,7 +348,8 @@ def build_app(state: ServeState) -> Starlette:
     v1, v2 = endpoint("v1", predict), endpoint("v2", infer)
     routes = [Route("/v1/predict", v1, methods=["POST"]), Route("/v1/models/{model}/predict", v1, methods=["POST"]),
               Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
-              Route("/v2/health/live", live), Route("/v2/health/ready", ready_v2), Route("/v2", server_metadata)]
+              Route("/v2/health/live", live), Route("/v2/health/ready", ready_v2), Route("/v2", server_metadata),
+              Route("/v2/repository/index", repository_index, methods=["GET", "POST"])]
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         routes += [Route(base, model_metadata), Route(base + "/ready", model_ready),
                    Route(base + "/infer", v2, methods=["POST"])]

@@ -259,6 +259,40 @@ def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
     assert r.returncode == 2 and "--model_name 'bad/name' is not allowed" in r.stderr
     r = run(digits_dir[0], "--output_names", "a,b")
     assert r.returncode == 2 and "--output_names a,b: the model has 1 output(s)" in r.stderr
+    repo = tmp_path / "only-bad-names"
+    shutil.copytree(digits_dir[0], repo / "my model")
+    r = run(str(repo))
+    assert r.returncode == 2 and "holds no model this server can serve: 'my model' (a model's name is" in r.stderr
+
+
+def test_a_repository_names_every_folder_it_does_not_serve(digits_dir, tmp_path):
+    """``good``, ``my model``, ``modèle`` (three complete exports) and ``notes`` (no export): only ``good`` is served
+    (the naming rule of docs/reference/serve.md), and one warning line at start names the three others with their
+    reasons, as ``/v2/repository/index`` does (once: only ``good`` was served, and nothing said so)."""
+    repo = tmp_path / "repo"
+    for name in ("good", "my model", "modèle"):
+        shutil.copytree(digits_dir[0], repo / name)
+    (repo / "notes").mkdir()
+    (repo / "README").write_text("a file: not a folder of the repository")
+    server = Server(str(repo), "--workers", "0")
+    try:
+        warnings = [line for line in server.err_with("not serving").splitlines() if "not serving" in line]
+        assert len(warnings) == 1, server.err
+        line = warnings[0]
+        assert "warning: not serving 3 folder(s) of the model repository: 'modèle', 'my model' (a model's name is " \
+               "letters, digits, '_', '.', '-'" in line and "'notes' (no exported model in it" in line, line
+        assert "GET /v2/repository/index lists them" in line
+        status, index, _ = server.request("GET", "/v2/repository/index")
+        assert status == 200 and [(e["name"], e["state"]) for e in index] == [
+            ("good", "READY"), ("modèle", "UNAVAILABLE"), ("my model", "UNAVAILABLE"), ("notes", "UNAVAILABLE")]
+        assert index[1]["reason"].startswith("not served: a model's name is letters") and index[0]["version"] == "1"
+        status, index, _ = server.request("POST", "/v2/repository/index", {"ready": True})
+        assert status == 200 and [e["name"] for e in index] == ["good"]
+        status, answer, _ = server.request("POST", "/v2/repository/index", {"ready": "yes"})
+        assert status == 400 and "ready" in answer["error"]
+        assert server.request("GET", "/v2/models/good/ready")[0] == 200
+    finally:
+        assert server.stop() == 0
 
 
 def test_allow_nonfinite_passes_nan_to_the_model(digits_dir):
