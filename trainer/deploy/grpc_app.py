@@ -40,7 +40,7 @@ from ..errors import ConfigError
 from .batching import ModelUnavailable, QueueFull
 from .http_app import EXTENSIONS, SERVER_NAME
 from .oip import DATATYPES, datatype, parse_infer
-from .payload import BadRequest
+from .payload import BadRequest, brief
 from .pool import WorkerDied
 
 logger = logging.getLogger("trainer.serve")
@@ -109,9 +109,10 @@ class Servicer:
     def _model(self, name: str, version: str):
         model = self.state.models.get(name)
         if model is None:
-            raise _Abort(404, "NOT_FOUND", f"model {name!r} is not served here: one of {', '.join(self.state.models)}")
+            raise _Abort(404, "NOT_FOUND", f"model {brief(name)} is not served here: one of "
+                                           f"{', '.join(self.state.models)}")
         if version and version != model.version:
-            raise _Abort(404, "NOT_FOUND", f"model {model.name} has version {model.version} only, not {version!r}")
+            raise _Abort(404, "NOT_FOUND", f"model {model.name} has version {model.version} only, not {brief(version)}")
         return model
 
     async def ServerLive(self, request, context):

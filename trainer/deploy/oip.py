@@ -19,12 +19,11 @@ field (``inputs[0] (input): ...``), answered 400 ``{"error": "..."}``.
 from __future__ import annotations
 
 import math
-import reprlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .payload import BadRequest, check_finite, json_bytes, parse_json, shape_text, to_array
+from .payload import BadRequest, brief, check_finite, json_bytes, parse_json, shape_text, to_array
 
 DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
              "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
@@ -33,18 +32,11 @@ DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "ui
 
 MAX_DIMS = 32  # dimensions of a tensor for an input whose shape the export does not give (numpy 1's limit)
 MAX_BYTES = 2 ** 63  # no tensor is larger (numpy's bound on an array's bytes, zero dimensions counted as 1)
-_BRIEF = reprlib.Repr()
-_BRIEF.maxlist, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong, _BRIEF.maxdict = 8, 40, 40, 40, 4
 
 _BY_DTYPE = {np.dtype(v): k for k, v in DATATYPES.items()}
 _DTYPES = {k: np.dtype(v) for k, v in DATATYPES.items()}
 _TRAILING = ("the body has %d bytes after the inputs' binary data: send binary_data_size for every binary input and "
              "nothing more")
-
-
-def brief(value: Any) -> str:
-    """``repr(value)`` cut short (a client's shape of 10**6 dimensions is not echoed back whole)."""
-    return _BRIEF.repr(value)
 
 
 def datatype(dtype) -> str:
@@ -97,11 +89,11 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
         if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
             raise BadRequest(f"inputs[{i}]: expected an object with a string \"name\"")
         if tensor["name"] in seen:
-            raise BadRequest(f"inputs[{i}] ({tensor['name'][:64]}): the input is given twice")
+            raise BadRequest(f"inputs[{i}] ({brief(tensor['name'])}): the input is given twice")
         seen[tensor["name"]] = None
     names = [s["name"] for s in inputs]
     missing = [n for n in names if n not in seen]
-    unknown = [n if len(n) <= 64 else n[:60] + "..." for n in seen if n not in specs]
+    unknown = [brief(n) for n in seen if n not in specs]
     if missing or unknown:
         raise BadRequest(f"inputs: the model takes inputs {names}; "
                          + "; ".join(p for p in ("missing " + ", ".join(missing) if missing else "",
@@ -220,7 +212,7 @@ def _outputs(obj: dict, names: List[str]) -> List[Tuple[str, bool]]:
     for i, item in enumerate(asked):
         name = item.get("name") if isinstance(item, dict) else None
         if name not in names:
-            raise BadRequest(f"outputs[{i}]: the model has no output {name!r}: it has {', '.join(names)}")
+            raise BadRequest(f"outputs[{i}]: the model has no output {brief(name)}: it has {', '.join(names)}")
         p = item.get("parameters") if isinstance(item.get("parameters"), dict) else {}
         if p.get("classification"):
             raise BadRequest(f"outputs[{i}] ({name}): the classification extension is not served: ask for the "

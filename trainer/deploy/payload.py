@@ -26,6 +26,7 @@ take (float16).
 from __future__ import annotations
 
 import json
+import reprlib
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,6 +38,16 @@ except ImportError:  # the serve extra installs it; without it json does everyth
 
 _ORJSON_DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "int8", "int16", "int32", "int64", "uint8",
                                                   "uint16", "uint32", "uint64", "bool"))
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlist, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong, _BRIEF.maxdict = 8, 40, 40, 40, 4
+
+
+def brief(value: Any) -> str:
+    """``repr(value)`` cut short, for a value the client sent echoed in a one-line answer (a shape of 10**6
+    dimensions is not sent back whole; a name holding a newline is escaped)."""
+    return _BRIEF.repr(value)
 
 
 class BadRequest(ValueError):
@@ -153,7 +164,7 @@ def parse_inputs(body: Any, inputs: List[dict], max_rows: int,
     names = [s["name"] for s in inputs]
     if isinstance(value, dict):
         missing = [n for n in names if n not in value]
-        unknown = [k for k in value if k not in names]
+        unknown = [brief(k) for k in value if k not in names]
         if missing or unknown:
             raise BadRequest(f"inputs: the model takes inputs {names}; "
                              + ("missing " + ", ".join(missing) if missing else "")

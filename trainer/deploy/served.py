@@ -88,7 +88,8 @@ def find_models(entries: Union[str, Sequence[str]], prefix: Optional[str] = None
     return found, skipped
 
 
-NO_MODEL = "no exported model in it (PREFIX.json or PREFIX.pdmodel with PREFIX.pdiparams), nor in a numbered version folder"
+NO_MODEL = ("no exported model in it (PREFIX.json or PREFIX.pdmodel with PREFIX.pdiparams), nor in a numbered "
+            "version folder")
 
 
 def skipped_line(skipped: Sequence[Tuple[str, str]]) -> str:

@@ -126,7 +126,7 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
      '"data" has 63 values, shape [1, 64] needs 64'),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "STRING", "data": [0] * 64}]}, {},
      "datatype 'STRING' is not served"),
-    ({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]}, {}, "unknown x"),
+    ({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]}, {}, "unknown 'x'"),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [1e39] + [0] * 63}]}, {},
      "value at [0, 0] is Infinity (or beyond float32's range)"),
     (b'{"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [-Infinity' + b", 0" * 63 + b"]}]}",
