@@ -177,7 +177,7 @@ class Servicer:
         try:
             obj, tail = request_dict(request)
             req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, self.state.max_batch_size,
-                              self.state.allow_nonfinite)
+                              self.state.allow_nonfinite, booleans=False)  # typed contents: numbers only
         except BadRequest as exc:
             raise _Abort(exc.status, "INVALID_ARGUMENT" if exc.status == 400 else "RESOURCE_EXHAUSTED",
                          str(exc)) from None

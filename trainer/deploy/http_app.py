@@ -39,7 +39,7 @@ from starlette.routing import Route
 from .. import __version__
 from .batching import ModelUnavailable, QueueFull
 from .oip import header_count, infer_response, parse_infer, split_body
-from .payload import BadRequest, answer, parse_inputs, parse_json
+from .payload import BadRequest, answer, booleans_in, parse_inputs, parse_json
 from .pool import WorkerDied
 from .served import shown
 
@@ -225,7 +225,7 @@ def build_app(state: ServeState) -> Starlette:
         body = await body_of(request, model)
         try:
             obj = parse_json(body)
-            arrays, rows, items, pre = await _inputs(obj, model)
+            arrays, rows, items, pre = await _inputs(obj, model, booleans_in(body))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         outputs = await run(model, arrays, rows)
@@ -236,7 +236,7 @@ def build_app(state: ServeState) -> Starlette:
                 return _error(500, f"the task's postprocessing failed: {type(exc).__name__}: {exc}")
         return _Answer(answer(outputs))
 
-    async def _inputs(obj: Any, model):
+    async def _inputs(obj: Any, model, booleans: bool):
         pre, spec = model.preprocessing, model.pool.spec["inputs"]
         if pre is not None and isinstance(obj, dict) and pre.field in obj:
             items = obj[pre.field]
@@ -253,7 +253,7 @@ def build_app(state: ServeState) -> Starlette:
             return arrays, rows, items, pre
         if pre is not None and isinstance(obj, dict) and "inputs" not in obj:
             raise BadRequest(f'send {{"{pre.field}": [...]}} ({pre.description}) or {{"inputs": [...]}} (model inputs)')
-        arrays, rows = parse_inputs(obj, spec, state.max_batch_size, state.allow_nonfinite)
+        arrays, rows = parse_inputs(obj, spec, state.max_batch_size, state.allow_nonfinite, booleans)
         return arrays, rows, None, None
 
     async def _encode(pre, items):
@@ -276,7 +276,7 @@ def build_app(state: ServeState) -> Starlette:
         try:
             obj, tail = split_body(body, _header(request, b"inference-header-content-length"))
             req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, state.max_batch_size,
-                              state.allow_nonfinite)
+                              state.allow_nonfinite, booleans_in(body))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         outputs = await run(model, req.arrays, req.rows)

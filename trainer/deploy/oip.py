@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .payload import BadRequest, brief, check_finite, json_bytes, parse_json, shape_text, to_array
+from .payload import BadRequest, brief, check_finite, has_booleans, json_bytes, parse_json, shape_text, to_array
 
 DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
              "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
@@ -67,8 +67,9 @@ def split_body(body: bytes, header_length: Optional[str]) -> Tuple[Any, bytes]:
 
 
 def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[str], max_rows: int,
-                allow_nonfinite: bool = False) -> InferRequest:
-    """Check a v2 infer request against the model's ``inputs`` spec; BadRequest with one line otherwise."""
+                allow_nonfinite: bool = False, booleans: bool = True) -> InferRequest:
+    """Check a v2 infer request against the model's ``inputs`` spec; BadRequest with one line otherwise.
+    ``booleans``: whether a ``data`` list may hold true/false among numbers (``payload.booleans_in`` of the body)."""
     if not isinstance(obj, dict):
         raise BadRequest(f'the body must be a JSON object such as {{"inputs": [{{"name", "shape", "datatype", '
                          f'"data"}}]}}, got a {type(obj).__name__}')
@@ -78,7 +79,8 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
                          + ", ".join(f"{s['name']} ({datatype(s['dtype'])})" for s in inputs))
     if len(given) == 1 and len(inputs) == 1 and isinstance(given[0], dict) and given[0].get("name") == inputs[0]["name"]:
         # one tensor for a one-input model (most requests): what the loop and the name checks below conclude
-        array, offset = _tensor(given[0], f"inputs[0] ({inputs[0]['name']})", inputs[0], max_rows, tail, 0)
+        array, offset = _tensor(given[0], f"inputs[0] ({inputs[0]['name']})", inputs[0], max_rows, tail, 0,
+                                booleans)
         if offset != len(tail):
             raise BadRequest(_TRAILING % (len(tail) - offset))
         array = _checked(array, inputs[0], max_rows, allow_nonfinite)
@@ -101,7 +103,7 @@ def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[st
     by_name, offset = {}, 0
     for i, tensor in enumerate(given):
         spec = specs[tensor["name"]]
-        array, offset = _tensor(tensor, f"inputs[{i}] ({tensor['name']})", spec, max_rows, tail, offset)
+        array, offset = _tensor(tensor, f"inputs[{i}] ({tensor['name']})", spec, max_rows, tail, offset, booleans)
         by_name[tensor["name"]] = array
     if offset != len(tail):
         raise BadRequest(_TRAILING % (len(tail) - offset))
@@ -124,7 +126,8 @@ def _checked(array: np.ndarray, spec: dict, max_rows: int, allow_nonfinite: bool
     return array
 
 
-def _tensor(tensor: dict, field: str, spec: dict, max_rows: int, tail: bytes, offset: int) -> Tuple[np.ndarray, int]:
+def _tensor(tensor: dict, field: str, spec: dict, max_rows: int, tail: bytes, offset: int,
+            booleans: bool = True) -> Tuple[np.ndarray, int]:
     kind = tensor.get("datatype")
     dtype = _DTYPES.get(kind) if isinstance(kind, str) else None
     if dtype is None:
@@ -157,7 +160,7 @@ def _tensor(tensor: dict, field: str, spec: dict, max_rows: int, tail: bytes, of
         raise BadRequest(f"{field}: datatype {kind} takes integers, got numbers with a fraction or exponent")
     if dtype.kind == "b" and raw.size and raw.dtype.kind != "b":
         raise BadRequest(f"{field}: datatype BOOL takes true/false")
-    if dtype.kind != "b" and raw.dtype.kind == "b":
+    if dtype.kind != "b" and (raw.dtype.kind == "b" or booleans and has_booleans(tensor["data"])):
         raise BadRequest(f"{field}: datatype {kind} takes numbers, got true/false")
     if dtype.kind in "iu" and raw.size:
         info = np.iinfo(dtype)

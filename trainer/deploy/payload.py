@@ -93,8 +93,23 @@ class _Expect:
         return f"{shape_text(self.shape)} of {kind}"
 
 
-def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
-    """One input's batch as an array of the spec's dtype and shape, else BadRequest naming ``field``."""
+def booleans_in(body: bytes) -> bool:
+    """Whether a JSON ``body`` may hold a ``true``/``false`` (a search of its bytes: the lists are walked only then)."""
+    return b"true" in body or b"false" in body
+
+
+def has_booleans(value: Any) -> bool:
+    """Whether a nested list holds a JSON ``true``/``false``: numpy reads one among numbers as 1 or 0."""
+    if type(value) is not list:
+        return type(value) is bool
+    if value and type(value[0]) is list:
+        return any(has_booleans(v) for v in value)
+    return bool in set(map(type, value))
+
+
+def to_array(value: Any, spec: dict, field: str, max_rows: int, booleans: bool = True) -> np.ndarray:
+    """One input's batch as an array of the spec's dtype and shape, else BadRequest naming ``field``.
+    ``booleans``: whether ``value`` may hold true/false among numbers (:func:`booleans_in` of the body)."""
     dtype, shape = np.dtype(spec["dtype"]), spec.get("shape")
     if isinstance(value, np.ndarray) and value.dtype == dtype and shape and value.ndim == len(shape) \
             and 0 < value.shape[0] <= max_rows and all(w < 0 or g == w for g, w in zip(value.shape[1:], shape[1:])):
@@ -116,7 +131,7 @@ def to_array(value: Any, spec: dict, field: str, max_rows: int) -> np.ndarray:
                          "or exponent")
     if dtype.kind == "b" and raw.dtype.kind != "b":
         raise BadRequest(f"{field}: expected true/false (the model's input is bool), got {raw.dtype.kind} values")
-    if dtype.kind != "b" and raw.dtype.kind == "b":
+    if dtype.kind != "b" and (raw.dtype.kind == "b" or booleans and has_booleans(value)):
         raise BadRequest(f"{field}: expected {expect}, got true/false (the model's input is {dtype.name})")
     if shape:
         if raw.ndim != len(shape):
@@ -153,9 +168,10 @@ def check_finite(array: np.ndarray, field: str) -> None:
                      "--allow_nonfinite passes them to the model)")
 
 
-def parse_inputs(body: Any, inputs: List[dict], max_rows: int,
-                 allow_nonfinite: bool = False) -> Tuple[List[np.ndarray], int]:
-    """``(arrays in the spec's order, rows)`` of a ``{"inputs": ...}`` body, else BadRequest."""
+def parse_inputs(body: Any, inputs: List[dict], max_rows: int, allow_nonfinite: bool = False,
+                 booleans: bool = True) -> Tuple[List[np.ndarray], int]:
+    """``(arrays in the spec's order, rows)`` of a ``{"inputs": ...}`` body, else BadRequest (``booleans``: as
+    :func:`to_array`'s)."""
     if not isinstance(body, dict):
         raise BadRequest(f'the body must be a JSON object such as {{"inputs": [...]}}, got a {type(body).__name__}')
     if "inputs" not in body:
@@ -170,12 +186,12 @@ def parse_inputs(body: Any, inputs: List[dict], max_rows: int,
                              + ("missing " + ", ".join(missing) if missing else "")
                              + ("; " if missing and unknown else "")
                              + ("unknown " + ", ".join(unknown) if unknown else ""))
-        arrays = [to_array(value[s["name"]], s, f"inputs.{s['name']}", max_rows) for s in inputs]
+        arrays = [to_array(value[s["name"]], s, f"inputs.{s['name']}", max_rows, booleans) for s in inputs]
     elif len(inputs) > 1:
         raise BadRequest(f"inputs: the model takes {len(inputs)} inputs {names}: send "
                          '{"inputs": {"' + names[0] + '": [...], ...}}')
     else:
-        arrays = [to_array(value, inputs[0], "inputs", max_rows)]
+        arrays = [to_array(value, inputs[0], "inputs", max_rows, booleans)]
     if not allow_nonfinite:
         for s, a in zip(inputs, arrays):
             check_finite(a, "inputs" if isinstance(value, list) else f"inputs.{s['name']}")

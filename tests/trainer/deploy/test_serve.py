@@ -84,6 +84,7 @@ BAD = [  # (body, status, a piece of the line)
     # booleans are not numbers (v2 refuses them too): once read as 1.0 (issue 40)
     ({"inputs": [[True] * 64]}, 400, "inputs: expected [N, 64] of numbers, got true/false"),
     ({"inputs": {"input": [[False] * 64]}}, 400, "inputs.input: expected [N, 64] of numbers, got true/false"),
+    ({"inputs": [[0.5] * 63 + [True]]}, 400, "inputs: expected [N, 64] of numbers, got true/false"),  # numpy: 1.0
 ]
 
 

@@ -148,6 +148,7 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
     (_v2([0, 64], []), {}, "the batch is empty"),
     (_v2([2, 64]), {}, '"data" has 64 values, shape [2, 64] needs 128'),
     (_v2([1, 64], [True] * 64), {}, "datatype FP32 takes numbers, got true/false"),
+    (_v2([1, 64], [0.5] * 63 + [False]), {}, "datatype FP32 takes numbers, got true/false"),
 ]
 
 
