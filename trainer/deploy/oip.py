@@ -200,7 +200,11 @@ def header_count(text: str) -> Optional[int]:
 
 def _request_id(obj: dict) -> Optional[str]:
     rid = obj.get("id")
-    return None if rid is None else str(rid)
+    if rid is None or isinstance(rid, str):
+        return rid
+    if type(rid) in (int, float):
+        return str(rid)
+    raise BadRequest(f'"id" must be a string (it is echoed in the answer), got {brief(rid)}')
 
 
 def _outputs(obj: dict, names: List[str]) -> List[Tuple[str, bool]]:

@@ -118,8 +118,10 @@ def v2_bodies(draw):
     if draw(st.integers(0, 4)) == 0:
         obj["parameters"] = draw(JSON)
     if draw(st.integers(0, 4)) == 0:
-        obj["id"] = draw(JSON)
+        obj["id"] = draw(st.one_of(JSON, st.just("DEEP")))
     head = json.dumps(obj if draw(st.integers(0, 9)) else draw(JSON)).encode()
+    depth = draw(st.integers(1, 3000))  # JSON nested deeper than Python's repr and json go
+    head = head.replace(b'"DEEP"', b"[" * depth + b"]" * depth)
     if draw(st.booleans()):
         return head, None
     tail = draw(st.binary(max_size=600))

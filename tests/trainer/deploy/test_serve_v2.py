@@ -149,6 +149,8 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
     (_v2([2, 64]), {}, '"data" has 64 values, shape [2, 64] needs 128'),
     (_v2([1, 64], [True] * 64), {}, "datatype FP32 takes numbers, got true/false"),
     (_v2([1, 64], [0.5] * 63 + [False]), {}, "datatype FP32 takes numbers, got true/false"),
+    (b'{"id": ' + b"[" * 900 + b"]" * 900 + b', "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", '
+     b'"data": [' + b", ".join([b"0"] * 64) + b"]}]}", {}, '"id" must be a string'),  # once a RecursionError: 500
 ]
 
 
