@@ -34,12 +34,8 @@ BAD_400 = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconne
 
 def framing_error(event: h11.Request) -> str | None:
     """The one line refusing ``event``'s framing (see the module docstring), or None when it is unambiguous."""
-    te = cl = False
-    for name, _ in event.headers:
-        if name == b"transfer-encoding":
-            te = True
-        elif name == b"content-length":
-            cl = True
+    names = [name.lower() for name, _ in event.headers.raw_items()]  # a list: Headers iterates in Python
+    te, cl = b"transfer-encoding" in names, b"content-length" in names
     if te and cl:
         return ("the request has both Content-Length and Transfer-Encoding, which frame its body differently "
                 "(RFC 9112 section 6.1): send one of them")

@@ -174,7 +174,7 @@ def _count(shape: Any, field: str, spec: dict, max_rows: int, itemsize: int) -> 
     """The number of values of ``shape`` (a tensor's ``"shape"``), once it is checked against the input's ``spec``:
     sizes as JSON integers >= 0, the input's number of dimensions, 1 to ``max_rows`` rows, and no more than
     :data:`MAX_BYTES` (numpy's limit: a shape such as ``[0, 10**10, 10**10]`` is refused, not allocated)."""
-    if not isinstance(shape, list) or not shape or not all(type(d) is int and d >= 0 for d in shape):
+    if type(shape) is not list or not shape or set(map(type, shape)) != {int} or min(shape) < 0:
         raise BadRequest(f"{field}: \"shape\" must be a list of sizes >= 0, e.g. [1, 64], got {brief(shape)}")
     want = spec.get("shape")
     if len(shape) != len(want) if want else len(shape) > MAX_DIMS:
@@ -185,10 +185,11 @@ def _count(shape: Any, field: str, spec: dict, max_rows: int, itemsize: int) -> 
     if shape[0] > max_rows:
         raise BadRequest(f"{field}: {shape[0]} instances in one request (\"shape\" {brief(shape)}), at most "
                          f"{max_rows} (--max_batch_size): split the batch")
-    if math.prod(d or 1 for d in shape) * itemsize >= MAX_BYTES:
+    count = math.prod(shape)
+    if (count if count else math.prod(d or 1 for d in shape)) * itemsize >= MAX_BYTES:
         raise BadRequest(f"{field}: \"shape\" {brief(shape)} is beyond any tensor's size (its dimensions multiply "
                          "past 2**63 bytes)")
-    return math.prod(shape)
+    return count
 
 
 def header_count(text: str) -> Optional[int]:

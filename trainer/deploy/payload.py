@@ -94,8 +94,9 @@ class _Expect:
 
 
 def booleans_in(body: bytes) -> bool:
-    """Whether a JSON ``body`` may hold a ``true``/``false`` (a search of its bytes: the lists are walked only then)."""
-    return b"true" in body or b"false" in body
+    """Whether a JSON ``body`` may hold a ``true``/``false`` (a search of its bytes: the lists are walked only then).
+    First one byte each (memchr: 0.4 us on a digits body, where the words cost 2 us); most bodies hold neither."""
+    return (b"r" in body or b"f" in body) and (b"true" in body or b"false" in body)
 
 
 def has_booleans(value: Any) -> bool:
