@@ -185,9 +185,11 @@ def served(digits_dir):
     grpc_port = _free_port() if _has_grpc() else 0
     server = Server(digits_dir[0], "--model_name", "digits", "--max_batch_size", str(MAX_ROWS),
                     *(["--grpc_port", str(grpc_port)] if grpc_port else []))
-    yield server, grpc_port
-    assert "Traceback" not in server.err, server.err[-3000:]
-    assert server.stop() == 0
+    try:
+        yield server, grpc_port
+        assert "Traceback" not in server.err, server.err[-3000:]
+    finally:
+        assert server.stop() == 0
 
 
 def _has_grpc():
