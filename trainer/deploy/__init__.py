@@ -8,7 +8,7 @@ over HTTP (``ptrain serve``): the server's start and drain (``server``), the
 routes (``http_app``: ``/v1`` and the Open Inference Protocol v2), request
 checks (``payload``, and ``oip`` for v2 bodies), a served model's names,
 metadata and the model repository (``served``), client connections' timeouts
-and limit (``connections``), the decode budget (``limits``), dynamic batching
+and limit (``connections``), a request's body framed one way (``framing``), the decode budget (``limits``), dynamic batching
 (``batching``), the predictor processes (``pool`` on the server's side,
 ``worker`` inside them), a model run in the server process (``inline``) and
 when the default runs lone requests there (``placement``), the runtimes they load

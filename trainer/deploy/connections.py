@@ -13,6 +13,9 @@ h11 protocol, one class per server from :func:`guarded_protocol`) adds:
   the oldest one still waiting for its headers (slow or idle: it has cost the
   server nothing yet; one younger than a second may just not have been read
   yet and is spared), else it is refused with 503 itself;
+- framing read one way: a request with both ``Content-Length`` and
+  ``Transfer-Encoding`` is answered 400 and its connection closed
+  (:mod:`~trainer.deploy.framing`: no request smuggling);
 - one write per answer: its status line, headers and first body part leave in
   one ``send()`` (:class:`OneWrite`). uvicorn writes the head and the body apart,
   two segments that each wake the client: on a digits request the second write
@@ -43,6 +46,8 @@ from typing import List, Optional, Tuple
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .framing import BAD_400, FramedConnection
 
 SWEEP = 0.25  # s between checks of every connection's clock
 SEAL_TRIES = 20  # attempts to seal the backlog at the end of a drain (one fails only when a client got in first)
@@ -117,6 +122,19 @@ class GuardedH11Protocol(H11Protocol):
     guard: Guard
     _counted = None  # the request cycle counted in guard.requests, until it is answered
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        size = self.config.h11_max_incomplete_event_size  # as uvicorn's own connection, refusing ambiguous framing
+        self.conn = FramedConnection(h11.SERVER) if size is None else FramedConnection(h11.SERVER, size)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot read; a request refused for its framing gets its own line."""
+        if self.conn.refused is None:
+            super().send_400_response(msg)
+            return
+        self.guard.count("framing")
+        self.refuse_and_linger(self.conn.refused, BAD_400)  # its body may still be arriving: no reset under the 400
+
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.since = time.monotonic()      # start of the current phase (headers, or body)
@@ -159,7 +177,7 @@ class GuardedH11Protocol(H11Protocol):
         return self.phase == "headers" and self.conn.their_state is h11.IDLE and not self.transport.is_closing()
 
     def check(self, now: float) -> None:
-        if self.transport.is_closing():
+        if self.transport.is_closing() or getattr(self, "lingering", False):
             return
         if self.waiting_for_headers() and now - self.since > self.guard.header_timeout:
             self.guard.count("header_timeout")
@@ -183,14 +201,15 @@ class GuardedH11Protocol(H11Protocol):
         if not getattr(self, "lingering", False):
             super().shutdown()
 
-    def refuse_and_linger(self, line: str, linger: float = LINGER) -> None:
-        """Answer 503 ``line``, half-close, and close when the client closes (asyncio closes the transport at its
+    def refuse_and_linger(self, line: str, template: bytes = REFUSED_503, linger: float = LINGER) -> None:
+        """Answer 503 ``line`` (or ``template``'s status), half-close, and close when the client closes (asyncio
+        closes the transport at its
         EOF) or after ``linger`` s; the client's bytes are read and dropped meanwhile."""
         self.lingering = True
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.disconnected = True
         try:
-            self.transport.write(_raw(REFUSED_503, line))
+            self.transport.write(_raw(template, line))
             if self.transport.can_write_eof():
                 self.transport.write_eof()
         except (OSError, RuntimeError):

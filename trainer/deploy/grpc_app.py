@@ -15,16 +15,20 @@ call                   answer
 ``ModelMetadata``      inputs and outputs with datatype and shape (UNAVAILABLE until loaded)
 ``ModelInfer``         inputs in ``raw_input_contents`` (little-endian, row-major) or typed ``contents``; every
                        asked output (all when none is asked) in ``raw_output_contents``, as Triton answers
+``RepositoryIndex``    every model (READY, or UNAVAILABLE and why) and every repository folder not served, as
+                       ``/v2/repository/index``
 =====================  ==============================================================================================
 
 Status codes: INVALID_ARGUMENT (a bad request: the HTTP 400 line), NOT_FOUND (no such model or version),
 RESOURCE_EXHAUSTED (the model's queue is full, or a message over ``--max_body_bytes``), UNAVAILABLE (not loaded,
-cannot load, or draining), INTERNAL (the predictor died on the batch or the runtime failed on it).
+cannot load, or draining), INTERNAL (the predictor died on the batch or the runtime failed on it, or a bug of the
+server's: its traceback is logged). No input the client controls gives UNKNOWN or a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from typing import Optional, Tuple
@@ -36,9 +40,10 @@ from ..errors import ConfigError
 from .batching import ModelUnavailable, QueueFull
 from .http_app import EXTENSIONS, SERVER_NAME
 from .oip import DATATYPES, datatype, parse_infer
-from .payload import BadRequest
+from .payload import BadRequest, brief
 from .pool import WorkerDied
 
+logger = logging.getLogger("trainer.serve")
 GRPC_EXTRA = 'pip install -e ".[serve]" in the paddle-trainer checkout (grpcio and tritonclient\'s compiled protocol)'
 
 #: the typed ``contents`` field of each datatype (FP16 has none: send it in raw_input_contents)
@@ -104,9 +109,10 @@ class Servicer:
     def _model(self, name: str, version: str):
         model = self.state.models.get(name)
         if model is None:
-            raise _Abort(404, "NOT_FOUND", f"model {name!r} is not served here: one of {', '.join(self.state.models)}")
+            raise _Abort(404, "NOT_FOUND", f"model {brief(name)} is not served here: one of "
+                                           f"{', '.join(self.state.models)}")
         if version and version != model.version:
-            raise _Abort(404, "NOT_FOUND", f"model {model.name} has version {model.version} only, not {version!r}")
+            raise _Abort(404, "NOT_FOUND", f"model {model.name} has version {model.version} only, not {brief(version)}")
         return model
 
     async def ServerLive(self, request, context):
@@ -131,6 +137,10 @@ class Servicer:
         return self.pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
                                              inputs=tensors[0], outputs=tensors[1])
 
+    async def RepositoryIndex(self, request, context):
+        models = [self.pb.RepositoryIndexResponse.ModelIndex(**e) for e in self.state.repository_index(request.ready)]
+        return self.pb.RepositoryIndexResponse(models=models)
+
     async def ModelInfer(self, request, context):
         started, state, model = time.monotonic(), self.state, None
         try:
@@ -142,6 +152,11 @@ class Servicer:
             state.grpc_in_flight += 1  # other calls see it: a call that is not alone waits to be batched
             try:
                 response = await self._infer(request, model)
+            except _Abort:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: one line to the client, the trace logged
+                logger.exception("ModelInfer of %s failed", model.name)
+                raise _Abort(500, "INTERNAL", f"internal error: {type(exc).__name__}: {exc}") from None
             finally:
                 state.answered += 1
                 state.grpc_in_flight -= 1
@@ -162,7 +177,7 @@ class Servicer:
         try:
             obj, tail = request_dict(request)
             req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, self.state.max_batch_size,
-                              self.state.allow_nonfinite)
+                              self.state.allow_nonfinite, booleans=False)  # typed contents: numbers only
         except BadRequest as exc:
             raise _Abort(exc.status, "INVALID_ARGUMENT" if exc.status == 400 else "RESOURCE_EXHAUSTED",
                          str(exc)) from None

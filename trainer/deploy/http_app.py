@@ -11,6 +11,8 @@ route                                                 answer
 ``GET /v2/models/{m}[/versions/{v}]``                 model metadata: inputs and outputs with datatype and shape
 ``GET /v2/models/{m}[/versions/{v}]/ready``           200 when that model is ready
 ``POST /v2/models/{m}[/versions/{v}]/infer``          an infer request, JSON or with binary tensor data (``oip``)
+``POST /v2/repository/index`` (or GET)                 every model (READY, or UNAVAILABLE and why) and every folder of a
+                                                      model repository not served (UNAVAILABLE, the reason), as Triton
 ``GET /metrics``                                      Prometheus text format
 ====================================================  =================================================================
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -36,9 +38,10 @@ from starlette.routing import Route
 
 from .. import __version__
 from .batching import ModelUnavailable, QueueFull
-from .oip import infer_response, parse_infer, split_body
-from .payload import BadRequest, answer, parse_inputs, parse_json
+from .oip import header_count, infer_response, parse_infer, split_body
+from .payload import BadRequest, answer, booleans_in, parse_inputs, parse_json
 from .pool import WorkerDied
+from .served import shown
 
 logger = logging.getLogger("trainer.serve")
 SERVER_NAME = "ptrain-serve"
@@ -50,8 +53,10 @@ class ServeState:
     the limits, the drain accounting."""
 
     def __init__(self, models: Dict[str, Any], metrics, max_batch_size: int, max_body_bytes: int,
-                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000):
+                 allow_nonfinite: bool = False, decode_budget=None, max_image_pixels: int = 40_000_000,
+                 skipped: Sequence[Tuple[str, str]] = ()):
         self.models, self.metrics = models, metrics
+        self.skipped = list(skipped)  # (folder, reason) of the model repositories' folders not served
         self.max_batch_size, self.max_body_bytes = max_batch_size, max_body_bytes
         self.allow_nonfinite = allow_nonfinite
         self.decode_budget = decode_budget     # a PixelBudget for tasks whose items are images, or None
@@ -67,6 +72,18 @@ class ServeState:
     @property
     def ready(self) -> bool:
         return not self.draining and all(m.ready for m in self.models.values())
+
+    def repository_index(self, ready_only: bool = False) -> List[dict]:
+        """Triton's repository index: ``{"name", "version", "state", "reason"}`` of every model served (READY, or
+        UNAVAILABLE and why) and every repository folder not served (UNAVAILABLE, the reason it was left out)."""
+        index = []
+        for m in self.models.values():
+            ready = m.ready and not self.draining
+            index.append({"name": m.name, "version": m.version, "state": "READY" if ready else "UNAVAILABLE",
+                          "reason": "" if ready else ("draining" if self.draining else m.pool.status())})
+        index += [{"name": shown(folder), "version": "", "state": "UNAVAILABLE", "reason": f"not served: {reason}"}
+                  for folder, reason in self.skipped]
+        return [e for e in index if e["state"] == "READY"] if ready_only else index
 
 
 def _error(status: int, line: str, retry: bool = False) -> Response:
@@ -113,7 +130,7 @@ class _Refused(Exception):
 async def _read_body(request: Request, limit: int) -> Optional[bytes]:
     """The body, or None when it is over ``limit`` bytes (Content-Length or counted while reading)."""
     length = _header(request, b"content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    if length is not None and (header_count(length) or 0) > limit:
         return None
     chunks, size = [], 0
     while True:  # the ASGI messages themselves (request.stream() is a generator around this loop)
@@ -208,7 +225,7 @@ def build_app(state: ServeState) -> Starlette:
         body = await body_of(request, model)
         try:
             obj = parse_json(body)
-            arrays, rows, items, pre = await _inputs(obj, model)
+            arrays, rows, items, pre = await _inputs(obj, model, booleans_in(body))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         outputs = await run(model, arrays, rows)
@@ -219,7 +236,7 @@ def build_app(state: ServeState) -> Starlette:
                 return _error(500, f"the task's postprocessing failed: {type(exc).__name__}: {exc}")
         return _Answer(answer(outputs))
 
-    async def _inputs(obj: Any, model):
+    async def _inputs(obj: Any, model, booleans: bool):
         pre, spec = model.preprocessing, model.pool.spec["inputs"]
         if pre is not None and isinstance(obj, dict) and pre.field in obj:
             items = obj[pre.field]
@@ -236,7 +253,7 @@ def build_app(state: ServeState) -> Starlette:
             return arrays, rows, items, pre
         if pre is not None and isinstance(obj, dict) and "inputs" not in obj:
             raise BadRequest(f'send {{"{pre.field}": [...]}} ({pre.description}) or {{"inputs": [...]}} (model inputs)')
-        arrays, rows = parse_inputs(obj, spec, state.max_batch_size, state.allow_nonfinite)
+        arrays, rows = parse_inputs(obj, spec, state.max_batch_size, state.allow_nonfinite, booleans)
         return arrays, rows, None, None
 
     async def _encode(pre, items):
@@ -259,7 +276,7 @@ def build_app(state: ServeState) -> Starlette:
         try:
             obj, tail = split_body(body, _header(request, b"inference-header-content-length"))
             req = parse_infer(obj, tail, model.pool.spec["inputs"], model.outputs, state.max_batch_size,
-                              state.allow_nonfinite)
+                              state.allow_nonfinite, booleans_in(body))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         outputs = await run(model, req.arrays, req.rows)
@@ -309,6 +326,19 @@ def build_app(state: ServeState) -> Starlette:
                           retry=True)
         return Response(status_code=200)
 
+    async def repository_index(request: Request) -> Response:
+        ready_only = False
+        if request.method == "POST":
+            body = await _read_body(request, 4096)
+            try:
+                obj = parse_json(body) if body else {}
+            except BadRequest as exc:
+                return _error(400, str(exc))
+            if not isinstance(obj, dict) or not isinstance(obj.get("ready", False), bool):
+                return _error(400, 'the body is {"ready": true|false} (or empty)')
+            ready_only = obj.get("ready", False)
+        return _json(state.repository_index(ready_only))
+
     async def metrics(request: Request) -> Response:
         for m in state.models.values():
             state.metrics.queue_depth.labels(m.name).set(m.batcher.depth)
@@ -318,7 +348,8 @@ def build_app(state: ServeState) -> Starlette:
     v1, v2 = endpoint("v1", predict), endpoint("v2", infer)
     routes = [Route("/v1/predict", v1, methods=["POST"]), Route("/v1/models/{model}/predict", v1, methods=["POST"]),
               Route("/health", health), Route("/ready", ready), Route("/metrics", metrics),
-              Route("/v2/health/live", live), Route("/v2/health/ready", ready_v2), Route("/v2", server_metadata)]
+              Route("/v2/health/live", live), Route("/v2/health/ready", ready_v2), Route("/v2", server_metadata),
+              Route("/v2/repository/index", repository_index, methods=["GET", "POST"])]
     for base in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         routes += [Route(base, model_metadata), Route(base + "/ready", model_ready),
                    Route(base + "/infer", v2, methods=["POST"])]

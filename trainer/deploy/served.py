@@ -43,25 +43,36 @@ def check_name(flag: str, value: str) -> str:
     return value
 
 
+NAME_RULE = ("a model's name is letters, digits, '_', '.', '-' (at most 128, starting with a letter or digit), as "
+             "--model_name: it is part of the URL")
+
+
 def find_models(entries: Union[str, Sequence[str]], prefix: Optional[str] = None, name: Optional[str] = None,
-                version: str = "1") -> List[Tuple[str, str, str]]:
-    """``[(name, version, directory)]`` of what ``ptrain serve DIR [DIR...]`` serves.
+                version: str = "1") -> Tuple[List[Tuple[str, str, str]], List[Tuple[str, str]]]:
+    """``([(name, version, directory)], [(folder, reason)])``: what ``ptrain serve DIR [DIR...]`` serves, and the
+    folders of its model repositories it does not serve, with the reason.
 
     Each entry is an export directory, ``NAME=DIR``, or a model repository (as
     Triton's): a folder whose sub-folders are exports (named by the sub-folder)
     or hold numbered version folders (the highest is served, as its version).
+    A sub-folder whose name breaks :data:`NAME` (``my model``, ``modèle``) or
+    that holds no export is not served: it is listed with its reason.
     """
     entries = [entries] if isinstance(entries, str) else list(entries)
     if name is not None and len(entries) != 1:
         raise ConfigError("--model_name names one model: with several, give NAME=DIR for each")
     found: List[Tuple[str, str, str]] = []
+    skipped: List[Tuple[str, str]] = []
     for entry in entries:
         given, _, path = entry.partition("=") if "=" in entry and not os.path.isdir(entry) else ("", "", entry)
         if not os.path.isdir(path):
             raise ConfigError(f"MODEL_DIR {path} does not exist: give the directory of an exported model "
                               "(OUTPUT_DIR/inference of a finished run) or a model repository")
-        repo = [] if _has_model(path) else _repository(path)
+        repo, left = ([], []) if _has_model(path) else _repository(path)
         if not repo:
+            if left and not any(reason == NO_MODEL for _, reason in left):  # folders of models, none served
+                raise ConfigError(f"model repository {path} holds no model this server can serve: "
+                                  + skipped_line(left))
             model_files(path, prefix)  # DataError naming what is missing
             repo = [(check_name("--model_name", given or name or default_model_name(path, export_task(path))),
                      version, path)]
@@ -69,11 +80,29 @@ def find_models(entries: Union[str, Sequence[str]], prefix: Optional[str] = None
             raise ConfigError(f"{path} is a model repository ({len(repo)} models, named by their folders): "
                               "--model_name and NAME= name a single export")
         found += repo
+        skipped += left
     names = [n for n, _, _ in found]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ConfigError(f"several models are named {', '.join(twice)}: name them apart with NAME=DIR")
-    return found
+    return found, skipped
+
+
+NO_MODEL = ("no exported model in it (PREFIX.json or PREFIX.pdmodel with PREFIX.pdiparams), nor in a numbered "
+            "version folder")
+
+
+def skipped_line(skipped: Sequence[Tuple[str, str]]) -> str:
+    """The folders not served, grouped by reason: ``'my model', 'modèle' (a model's name is ...); 'notes' (no ...)``."""
+    by_reason: dict = {}
+    for folder, reason in skipped:
+        by_reason.setdefault(reason, []).append(shown(folder))
+    return "; ".join(", ".join(repr(f) for f in folders) + f" ({reason})" for reason, folders in by_reason.items())
+
+
+def shown(folder: str) -> str:
+    """A folder's name as text anything can print or encode (bytes that are not UTF-8 as backslash escapes)."""
+    return folder.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _has_model(path: str) -> bool:
@@ -84,18 +113,27 @@ def _has_model(path: str) -> bool:
         return False
 
 
-def _repository(path: str) -> List[Tuple[str, str, str]]:
-    out = []
+def _repository(path: str) -> Tuple[List[Tuple[str, str, str]], List[Tuple[str, str]]]:
+    """``(the models of a repository folder, [(sub-folder, why it is not served)])``."""
+    out, skipped = [], []
     for sub in sorted(os.listdir(path)):
         folder = os.path.join(path, sub)
-        if not os.path.isdir(folder) or not NAME.fullmatch(sub):
+        if not os.path.isdir(folder):
             continue
-        versions = sorted((int(v) for v in os.listdir(folder) if v.isdigit() and _has_model(os.path.join(folder, v))))
+        versions = sorted(int(v) for v in os.listdir(folder)
+                          if v.isascii() and v.isdigit() and _has_model(os.path.join(folder, v)))
         if versions:
-            out.append((sub, str(versions[-1]), os.path.join(folder, str(versions[-1]))))
+            served = (sub, str(versions[-1]), os.path.join(folder, str(versions[-1])))
         elif _has_model(folder):
-            out.append((sub, "1", folder))
-    return out
+            served = (sub, "1", folder)
+        else:
+            skipped.append((sub, NO_MODEL))
+            continue
+        if NAME.fullmatch(sub):
+            out.append(served)
+        else:
+            skipped.append((sub, NAME_RULE))
+    return out, skipped
 
 
 def output_names(model_dir: str, fetch_names: Sequence[str], given: Optional[Sequence[str]] = None,

@@ -53,7 +53,7 @@ from .metrics import ServeMetrics
 from .placement import INLINE_MAX_MS, place
 from .pool import ServeStartError, WorkerPool
 from .runtimes import RUNTIMES
-from .served import ServedModel, check_name, find_models
+from .served import ServedModel, check_name, find_models, skipped_line
 
 
 @dataclass
@@ -118,7 +118,7 @@ class ServeConfig:
         if not re.fullmatch(r"cpu|gpu(:\d+)?", self.device):
             raise ConfigError(f"--device {self.device} is not allowed: give cpu or gpu:K")
         check_name("--model_version", self.model_version)
-        self.models = find_models(self.model_dir, self.model_prefix, self.model_name, self.model_version)
+        self.models, self.skipped = find_models(self.model_dir, self.model_prefix, self.model_name, self.model_version)
         if self.max_queue is None:
             self.max_queue = 16 * self.max_batch_size * max(1, self.workers or 1)
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -146,6 +146,9 @@ def serve(config: ServeConfig, preprocessing=None, tasks: Optional[Callable] = N
     (``ptrain serve`` passes one that reads the task registry); ``preprocessing``: a task's ``Preprocessing``
     (``field``, ``encode``, ``decode``, ``description``) for a single model, without ``tasks``."""
     config.check()
+    if config.skipped:  # before anything loads: a folder left out is said once, with why
+        _say(f"warning: not serving {len(config.skipped)} folder(s) of the model repository: "
+             f"{skipped_line(config.skipped)}; GET /v2/repository/index lists them")
     return asyncio.run(_serve(config, tasks or (lambda _dir: (preprocessing, None))))
 
 
@@ -174,7 +177,7 @@ async def _serve(config: ServeConfig, tasks) -> int:
     # gRPC calls in flight count as load too (the batcher's inline choice); read at request time, once state exists
     models = _models(config, metrics, tasks, lambda: guard.requests + state.grpc_in_flight)
     state = ServeState(models, metrics, config.max_batch_size, config.max_body_bytes, config.allow_nonfinite,
-                       PixelBudget(config.max_decode_pixels), config.max_image_pixels)
+                       PixelBudget(config.max_decode_pixels), config.max_image_pixels, config.skipped)
     try:
         # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then (else Nagle + delayed ACK
         # add 40 ms to every answer on a kept-alive connection)

@@ -81,6 +81,10 @@ BAD = [  # (body, status, a piece of the line)
     (b'{"inputs": [[0, 0, 1e39' + b", 0" * 61 + b"]]}", 400, "value at [0, 2] is Infinity (or beyond float32's range)"),
     (b'{"inputs": [[0, NaN' + b", 0" * 62 + b"]]}", 400,
      "value at [0, 1] is NaN: send finite numbers (ptrain serve --allow_nonfinite"),
+    # booleans are not numbers (v2 refuses them too): once read as 1.0 (issue 40)
+    ({"inputs": [[True] * 64]}, 400, "inputs: expected [N, 64] of numbers, got true/false"),
+    ({"inputs": {"input": [[False] * 64]}}, 400, "inputs.input: expected [N, 64] of numbers, got true/false"),
+    ({"inputs": [[0.5] * 63 + [True]]}, 400, "inputs: expected [N, 64] of numbers, got true/false"),  # numpy: 1.0
 ]
 
 

@@ -114,6 +114,10 @@ def test_errors_reach_tritonclient_as_one_line(client, digits_dir):
         assert "\n" not in message
 
 
+def _v2(shape, data=(0.0,) * 64):
+    return {"inputs": [{"name": "input", "shape": shape, "datatype": "FP32", "data": list(data)}]}
+
+
 BAD_V2 = [  # (body, headers, a piece of the 400 line)
     (b"{", {}, "the body is not JSON"),
     ({"inputs": []}, {}, '"inputs" must be a non-empty list'),
@@ -122,13 +126,31 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
      '"data" has 63 values, shape [1, 64] needs 64'),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "STRING", "data": [0] * 64}]}, {},
      "datatype 'STRING' is not served"),
-    ({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]}, {}, "unknown x"),
+    ({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]}, {}, "unknown 'x'"),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [1e39] + [0] * 63}]}, {},
      "value at [0, 0] is Infinity (or beyond float32's range)"),
     (b'{"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [-Infinity' + b", 0" * 63 + b"]}]}",
      {}, "is -Infinity"),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "parameters": {"binary_data_size": 256}}]},
      {"Inference-Header-Content-Length": "999999"}, "Inference-Header-Content-Length '999999' is not a byte count"),
+    # a superscript two: str.isdigit() takes it, int() does not (issue 40, item 6)
+    ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}]},
+     {"Inference-Header-Content-Length": "\xb2"}, "Inference-Header-Content-Length '\xb2' is not a byte count"),
+    # shapes numpy cannot make, or only by allocating 10**18 values (item 5): refused before any array is made
+    (_v2([1] * 64 + [64]), {}, '"shape" [1, 1, 1, 1, 1, 1, 1, 1, ...] has 65 dimensions, the model\'s input has 2'),
+    (_v2([1] * 10 ** 6 + [64]), {}, "has 1000001 dimensions, the model's input has 2 ([N, 64])"),
+    (_v2([True, 64]), {}, '"shape" must be a list of sizes >= 0, e.g. [1, 64], got [True, 64]'),
+    (_v2([-1, 64]), {}, "got [-1, 64]"),
+    (_v2([1.0, 64]), {}, "got [1.0, 64]"),
+    (_v2([10 ** 9, 10 ** 9]), {}, "1000000000 instances in one request"),
+    (_v2([1, 2 ** 62], []), {}, "is beyond any tensor's size"),
+    (_v2([0, 2 ** 62, 2 ** 62], []), {}, "has 3 dimensions"),
+    (_v2([0, 64], []), {}, "the batch is empty"),
+    (_v2([2, 64]), {}, '"data" has 64 values, shape [2, 64] needs 128'),
+    (_v2([1, 64], [True] * 64), {}, "datatype FP32 takes numbers, got true/false"),
+    (_v2([1, 64], [0.5] * 63 + [False]), {}, "datatype FP32 takes numbers, got true/false"),
+    (b'{"id": ' + b"[" * 900 + b"]" * 900 + b', "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", '
+     b'"data": [' + b", ".join([b"0"] * 64) + b"]}]}", {}, '"id" must be a string'),  # once a RecursionError: 500
 ]
 
 
@@ -136,6 +158,8 @@ BAD_V2 = [  # (body, headers, a piece of the 400 line)
 def test_bad_v2_requests_get_400_with_one_line(server, body, headers, line):
     status, answer, _ = server.infer("digits", body, headers=headers)
     assert status == 400 and line in answer["error"] and "\n" not in answer["error"], answer
+    assert len(answer["error"]) < 400, "the line echoes the request back"
+    assert "Traceback" not in server.err
 
 
 def test_curl_speaks_v2_and_both_protocols_share_one_batcher(server, digits_dir):
@@ -238,6 +262,40 @@ def test_names_that_clash_or_do_not_fit_exit_2(digits_dir, tmp_path):
     assert r.returncode == 2 and "--model_name 'bad/name' is not allowed" in r.stderr
     r = run(digits_dir[0], "--output_names", "a,b")
     assert r.returncode == 2 and "--output_names a,b: the model has 1 output(s)" in r.stderr
+    repo = tmp_path / "only-bad-names"
+    shutil.copytree(digits_dir[0], repo / "my model")
+    r = run(str(repo))
+    assert r.returncode == 2 and "holds no model this server can serve: 'my model' (a model's name is" in r.stderr
+
+
+def test_a_repository_names_every_folder_it_does_not_serve(digits_dir, tmp_path):
+    """``good``, ``my model``, ``modèle`` (three complete exports) and ``notes`` (no export): only ``good`` is served
+    (the naming rule of docs/reference/serve.md), and one warning line at start names the three others with their
+    reasons, as ``/v2/repository/index`` does (once: only ``good`` was served, and nothing said so)."""
+    repo = tmp_path / "repo"
+    for name in ("good", "my model", "modèle"):
+        shutil.copytree(digits_dir[0], repo / name)
+    (repo / "notes").mkdir()
+    (repo / "README").write_text("a file: not a folder of the repository")
+    server = Server(str(repo), "--workers", "0")
+    try:
+        warnings = [line for line in server.err_with("not serving").splitlines() if "not serving" in line]
+        assert len(warnings) == 1, server.err
+        line = warnings[0]
+        assert "warning: not serving 3 folder(s) of the model repository: 'modèle', 'my model' (a model's name is " \
+               "letters, digits, '_', '.', '-'" in line and "'notes' (no exported model in it" in line, line
+        assert "GET /v2/repository/index lists them" in line
+        status, index, _ = server.request("GET", "/v2/repository/index")
+        assert status == 200 and [(e["name"], e["state"]) for e in index] == [
+            ("good", "READY"), ("modèle", "UNAVAILABLE"), ("my model", "UNAVAILABLE"), ("notes", "UNAVAILABLE")]
+        assert index[1]["reason"].startswith("not served: a model's name is letters") and index[0]["version"] == "1"
+        status, index, _ = server.request("POST", "/v2/repository/index", {"ready": True})
+        assert status == 200 and [e["name"] for e in index] == ["good"]
+        status, answer, _ = server.request("POST", "/v2/repository/index", {"ready": "yes"})
+        assert status == 400 and "ready" in answer["error"]
+        assert server.request("GET", "/v2/models/good/ready")[0] == 200
+    finally:
+        assert server.stop() == 0
 
 
 def test_allow_nonfinite_passes_nan_to_the_model(digits_dir):
