@@ -3,7 +3,7 @@ process and in each layout that runs on CPU (data parallel on 2 processes, shard
 rank's resident set after each step is recorded (tests/trainer/workers/host_memory_toy.py) and its growth after
 warm-up is measured as a slope: the Theil-Sen estimate (the median of the slopes between samples at least half
 the window apart), which a few spikes of a busy machine do not move. The bound, :data:`BOUND_KIB_PER_STEP`, is
-several times what these runs show (about 0.5 KiB a step: the log records a run keeps) and a quarter of the
+above what these runs show (0.1-2.6 KiB a step; 0.5: the log records a run keeps) and under a fifth of the
 deliberate leak that :func:`test_a_leak_is_caught` proves the measure catches.
 """
 
@@ -21,8 +21,8 @@ from patience import patience  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "host_memory_toy.py")
 STEPS, WARMUP = 400, 100
-BOUND_KIB_PER_STEP = 4.0
-LEAK_KIB_PER_STEP = 16
+BOUND_KIB_PER_STEP = 6.0
+LEAK_KIB_PER_STEP = 32
 
 
 def slope_kib_per_step(rss_kib) -> float:
