@@ -70,8 +70,7 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the launcher's session: it and its ranks
-            proc.communicate()
+            kill_tree(proc)
             return None
         files = [os.path.join(tmp, "out", f"measure-rank{r}.json") for r in range(a.nproc)]
         if proc.returncode != 0 or not all(os.path.exists(f) for f in files):
@@ -86,6 +85,23 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
         return ranks
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def kill_tree(proc) -> None:
+    """The launcher and every process under it (paddle's launcher starts each rank in a session of its own)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    os.killpg(proc.pid, 9)
+    proc.communicate()
 
 
 def largest(a, trainer: str, mode: str, log) -> dict:
