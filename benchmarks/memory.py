@@ -274,11 +274,7 @@ def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last
             return "retry"
         raise common.BenchmarkError(f"launch failed ({proc.returncode}): {' '.join(cmd)}\n{out[-1500:]}\n"
                                     f"{err[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
-    ranks = []
-    for path in files:
-        with open(path, encoding="utf-8") as f:
-            ranks.append(json.load(f))
-    return ranks
+    return common.read_json_files(files)
 
 
 def find_largest(a, mode: str, log) -> dict:

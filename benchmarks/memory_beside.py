@@ -23,7 +23,6 @@ PaddleNLP's default ``report_to`` (VisualDL) crashes here (issue 39), so both ru
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -78,11 +77,7 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
                 return None
             raise common.BenchmarkError(f"{trainer} {mode} failed ({proc.returncode}): {' '.join(cmd)}\n"
                                         f"{out[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
-        ranks = []
-        for path in files:
-            with open(path, encoding="utf-8") as f:
-                ranks.append(json.load(f))
-        return ranks
+        return common.read_json_files(files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
