@@ -13,6 +13,7 @@ import sys
 
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(TESTS))  # the repository first: trainer is the package, not tests/trainer
+sys.path.append(os.path.join(TESTS, "distributed", "workers"))
 
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
@@ -21,27 +22,14 @@ from callbacks import Callback  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
 
+from parallel_toy import Blocks  # noqa: E402  (the parity tests' model: a LayerList of blocks)
+
 PAGE_KIB = resource.getpagesize() / 1024
 
 
 def rss_kib() -> float:
     with open("/proc/self/statm", encoding="ascii") as f:
         return int(f.read().split()[1]) * PAGE_KIB
-
-
-class Blocks(paddle.nn.Layer):
-    def __init__(self, features, hidden, depth, classes=4):
-        super().__init__()
-        self.inp = paddle.nn.Linear(features, hidden)
-        self.blocks = paddle.nn.LayerList([paddle.nn.Sequential(paddle.nn.Linear(hidden, hidden), paddle.nn.Tanh())
-                                           for _ in range(depth)])
-        self.head = paddle.nn.Linear(hidden, classes)
-
-    def forward(self, x):
-        h = paddle.tanh(self.inp(x))
-        for block in self.blocks:
-            h = h + block(h)
-        return self.head(h)
 
 
 class Data(paddle.io.Dataset):
