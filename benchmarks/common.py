@@ -179,5 +179,14 @@ def launch_logs(log_dir: str) -> str:
     return logs
 
 
+def read_json_files(paths: Iterable[str]) -> list:
+    """Each file's JSON, in order (the ranks' results of a launch)."""
+    out = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return out
+
+
 def split_list(value: str) -> List[str]:
     return [v.strip() for v in value.split(",") if v.strip()]

@@ -32,6 +32,7 @@ Run::
     python -m benchmarks memory                          # hidden 256, 4 layers: a few minutes
     python -m benchmarks memory --full                   # hidden 768, 12 layers, 12 heads (ERNIE base)
     python -m benchmarks memory --find-largest --modes dp,stage3+recompute
+    python -m benchmarks memory --against-paddlenlp --find-largest   # beside PaddleNLP's Trainer (memory_beside)
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import time
 if __package__ in (None, ""):  # run as a script by paddle.distributed.launch
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, memory_beside  # noqa: E402
 
 MODES = ("dp", "dp+recompute", "stage1", "stage1+recompute", "stage2", "stage2+recompute", "stage3",
          "stage3+recompute")
@@ -273,11 +274,7 @@ def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last
             return "retry"
         raise common.BenchmarkError(f"launch failed ({proc.returncode}): {' '.join(cmd)}\n{out[-1500:]}\n"
                                     f"{err[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
-    ranks = []
-    for path in files:
-        with open(path, encoding="utf-8") as f:
-            ranks.append(json.load(f))
-    return ranks
+    return common.read_json_files(files)
 
 
 def find_largest(a, mode: str, log) -> dict:
@@ -372,6 +369,7 @@ def main(argv=None) -> int:
     p.add_argument("--probe-timeout", type=float, default=300)
     p.add_argument("--markdown", help="also write the report to this file")
     p.add_argument("--json", help="write the raw measurements to this file")
+    memory_beside.add_arguments(p)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--out-dir", help=argparse.SUPPRESS)
@@ -381,6 +379,8 @@ def main(argv=None) -> int:
     if a.worker:
         worker(a)
         return 0
+    if a.against_paddlenlp:
+        return against_paddlenlp(a, sys.argv[1:] if argv is None else argv)
     modes = common.split_list(a.modes)
     for mode in modes:
         parse_mode(mode)
@@ -396,6 +396,19 @@ def main(argv=None) -> int:
     print(text)
     common.write_outputs(text, {"machine": info, "table": table, "largest": largest, "options": vars(a)},
                          a.markdown, a.json)
+    return 0
+
+
+def against_paddlenlp(a, argv) -> int:
+    memory_beside.beside_defaults(a, [arg.split("=")[0] for arg in argv])
+    info = common.machine_info()
+    print(f"# memory beside PaddleNLP's Trainer: {a.nproc} processes; {common.machine_line(info)}", flush=True)
+    start = time.time()
+    result = memory_beside.measure(a, lambda line: print(line, flush=True))
+    text = (f"Machine: {common.machine_line(info)}; {common.load_line()} at the end of the run.\n\n"
+            + memory_beside.report(result, a) + f"\nWall time {time.time() - start:.0f} s.\n")
+    print(text)
+    common.write_outputs(text, {"machine": info, **result, "options": vars(a)}, a.markdown, a.json)
     return 0
 
 

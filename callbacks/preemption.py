@@ -68,6 +68,7 @@ import time
 from typing import Optional
 
 from trainer import process
+from trainer.heap import start_waiting_thread
 
 from .base import Callback
 
@@ -290,9 +291,8 @@ class Preemption(Callback):
     # ---- the deadline thread ----------------------------------------------------------
     def _start_deadline(self) -> None:
         if self._deadline is None:
-            self._deadline = threading.Thread(target=self._watch_deadline, name="ptrain-preempt-deadline",
-                                              daemon=True)
-            self._deadline.start()
+            self._deadline = start_waiting_thread(
+                threading.Thread(target=self._watch_deadline, name="ptrain-preempt-deadline", daemon=True))
 
     def _watch_deadline(self) -> None:
         while not self._finished.wait(0.2):

@@ -128,6 +128,7 @@ import time
 from typing import List, Optional
 
 from trainer.errors import ConfigError
+from trainer.heap import start_waiting_thread
 
 from .base import Callback
 from .stall_blame import ProgressBoard
@@ -215,8 +216,8 @@ class StallWatchdog(Callback):
         if self._thread is None:  # the clock starts with the first epoch, after the process group is set up
             self._stop.clear()
             self._arm_backstop()  # armed here too: the thread may never get the GIL to arm it
-            self._thread = threading.Thread(target=self._watch, name=f"StallWatchdog-rank{self._rank}", daemon=True)
-            self._thread.start()
+            self._thread = start_waiting_thread(
+                threading.Thread(target=self._watch, name=f"StallWatchdog-rank{self._rank}", daemon=True))
 
     def on_step_begin(self, trainer):
         self._step_start, self._work_end = time.perf_counter(), None

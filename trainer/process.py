@@ -40,6 +40,8 @@ import threading
 import time
 from typing import Callable, Optional
 
+from .heap import start_waiting_thread
+
 logger = logging.getLogger("trainer.process")
 
 PR_SET_PDEATHSIG = 1
@@ -120,7 +122,7 @@ class _SignalWatcher:
             os.close(w)
             return False
         self._read_fd = r
-        threading.Thread(target=self._run, name="ptrain-signal-watch", daemon=True).start()
+        start_waiting_thread(threading.Thread(target=self._run, name="ptrain-signal-watch", daemon=True))
         return True
 
     def subscribe(self, fn: Callable[[int], None]) -> None:

@@ -62,6 +62,7 @@ import uuid
 from typing import Iterator, Optional
 
 from ..errors import ConfigError, option
+from ..heap import start_waiting_thread
 from . import fence
 from .fence import LOCK_NAME
 from .owner import (LIVE, STALE, UNKNOWN, identity, judge, lease_age, lease_seconds, pid_alive, record_lease,
@@ -150,8 +151,7 @@ class RunLock:
             raise
         self._generation = fence.hold(self.output_dir, self.record)
         if self.held:
-            self._heartbeat = _Heartbeat(self)
-            self._heartbeat.start()
+            self._heartbeat = start_waiting_thread(_Heartbeat(self))
         return self
 
     def _acquire(self, take_over_same_job: bool) -> None:

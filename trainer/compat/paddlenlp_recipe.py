@@ -31,6 +31,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import paddle
+from paddle import _C_ops
 
 from ..data import ResumableDistributedBatchSampler
 from ..recipe import Recipe
@@ -97,7 +98,10 @@ class PaddleNLPRecipe(Recipe):
             grads = [p.grad for p in parameters if p.grad is not None]
             if not grads:
                 return paddle.zeros([], dtype="float32")
-            squares = [paddle.sum(paddle.square(g.astype("float32"))) for g in grads]
+            # paddle's fused kernel, as ClipGradByGlobalNorm: no gradient-sized temporaries (a cast and a square of
+            # every gradient each step fragmented the host heap, issue 41)
+            squares = [_C_ops.squared_l2_norm(g if g.dtype == paddle.float32 else g.astype("float32")).reshape([])
+                       for g in grads]
             norm = paddle.sqrt(paddle.add_n(squares) if len(squares) > 1 else squares[0])
             limit = paddle.full([], max_norm, dtype="float32")
             coef = limit / paddle.maximum(norm, limit)

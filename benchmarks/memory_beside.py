@@ -1,0 +1,189 @@
+"""Host memory per rank beside PaddleNLP's own Trainer: ``python -m benchmarks memory --against-paddlenlp``.
+
+The same PaddleNLP-style script (``benchmarks/llama_script.py``: a random-init ``LlamaForCausalLM``, AdamW,
+PaddleNLP's TrainingArguments and clipping) runs as written and with only its Trainer import changed to ours, on
+``--nproc`` gloo processes (``paddle.distributed.launch``, the same launcher for both), per mode:
+
+====================  ====================================================================
+``dp``                data parallel
+``stage1``            ``--sharding stage1`` (fleet's DygraphShardingOptimizer)
+``recompute``         data parallel, ``--recompute true``
+``stage1+recompute``  both
+====================  ====================================================================
+
+Per mode and trainer: each rank's peak resident set (``ru_maxrss``), peak address space (``VmPeak``), the median
+CPU time of a step after the first (every thread of the rank; shown as ours / PaddleNLP's of the same run, the
+only form in which it survives a loaded machine) and the last logged loss. With ``--find-largest``: the most
+decoder layers that train ``--probe-steps`` steps with every process of the launch under ``prlimit --as
+--limit-mib`` (the same doubling-then-bisection search for both trainers; a probe that fails or outlives
+``--probe-timeout`` does not fit).
+
+PaddleNLP's default ``report_to`` (VisualDL) crashes here (issue 39), so both run with ``--report_to none``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchmarks import common
+
+SCRIPT = os.path.join(common.REPO, "benchmarks", "llama_script.py")
+MODES = ("dp", "stage1", "recompute", "stage1+recompute")
+TRAINERS = ("paddlenlp", "ours")
+PRLIMIT = shutil.which("prlimit")
+
+
+def mode_flags(mode: str) -> list:
+    parts = mode.split("+")
+    if mode not in MODES:
+        raise SystemExit(f"unknown mode {mode!r} beside PaddleNLP: choose from {', '.join(MODES)}")
+    return (["--sharding", "stage1"] if "stage1" in parts else []) + \
+        (["--recompute", "true"] if "recompute" in parts else [])
+
+
+def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800):
+    """One launch; the ranks' measurements, or None when it failed (under a limit: it did not fit)."""
+    tmp = tempfile.mkdtemp(prefix=f"bench-beside-{trainer}-")
+    try:
+        cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
+               f"127.0.0.1:{common.free_port()}", "--log_dir", os.path.join(tmp, "log"), SCRIPT,
+               "--output_dir", os.path.join(tmp, "out"), "--per_device_train_batch_size", str(a.batch),
+               "--max_steps", str(steps), "--logging_steps", "1", "--report_to", "none", "--save_strategy", "no",
+               "--device", "cpu", "--learning_rate", "1e-4", "--disable_tqdm", "true", "--seed", "42",
+               "--num_hidden_layers", str(layers), "--hidden_size", str(a.hidden), "--seq_length", str(a.seq),
+               "--intermediate_size", str(a.intermediate), "--num_attention_heads", str(a.heads),
+               "--vocab_size", str(a.vocab), *mode_flags(mode)]
+        if limit_mib:
+            if PRLIMIT is None:
+                raise common.BenchmarkError("--find-largest needs prlimit (util-linux) on PATH")
+            cmd = [PRLIMIT, f"--as={limit_mib * 2**20}", "--"] + cmd
+        threads = str(max(1, (os.cpu_count() or 1) // a.nproc))
+        env = common.child_env({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads),
+                                "LLAMA_SCRIPT_TRAINER": trainer})
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            return None
+        files = [os.path.join(tmp, "out", f"measure-rank{r}.json") for r in range(a.nproc)]
+        if proc.returncode != 0 or not all(os.path.exists(f) for f in files):
+            if limit_mib:
+                return None
+            raise common.BenchmarkError(f"{trainer} {mode} failed ({proc.returncode}): {' '.join(cmd)}\n"
+                                        f"{out[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
+        return common.read_json_files(files)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def kill_tree(proc) -> None:
+    """The launcher and every process under it (paddle's launcher starts each rank in a session of its own)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    os.killpg(proc.pid, 9)
+    proc.communicate()
+
+
+def largest(a, trainer: str, mode: str, log) -> dict:
+    """Double the layers until a probe fails, then bisect to one layer."""
+    fits, fails, tried, layers = 0, None, [], a.start_layers
+    while fails is None or fails - fits > 1:
+        if fails is None and layers > a.max_layers:
+            break
+        ok = run(a, trainer, mode, layers, a.probe_steps, a.limit_mib, timeout=a.probe_timeout) is not None
+        tried.append((layers, ok))
+        log(f"  {trainer} {mode}: {layers} layers {'trains' if ok else 'does not fit'}")
+        if ok:
+            fits = layers
+        else:
+            fails = layers
+        layers = layers * 2 if fails is None else (fits + fails) // 2
+    return {"trainer": trainer, "mode": mode, "layers": fits, "tried": tried, "capped": fails is None}
+
+
+def summary(ranks: list) -> dict:
+    cpu = [common.median(r["step_cpu_s"][1:] or r["step_cpu_s"]) for r in ranks]
+    return {"peak_rss_mb": max(r["peak_rss_mb"] for r in ranks), "peak_vm_mb": max(r["peak_vm_mb"] for r in ranks),
+            "step_cpu_s": max(cpu), "loss": ranks[0]["losses"][-1] if ranks[0]["losses"] else None,
+            "losses": ranks[0]["losses"]}
+
+
+def measure(a, log) -> dict:
+    """The table's runs (each mode: PaddleNLP's, then ours) and, asked for, the largest-model search."""
+    table, search = [], []
+    for mode in common.split_list(a.modes):
+        mode_flags(mode)
+        row = {"mode": mode}
+        for trainer in () if a.no_table else TRAINERS:
+            ranks = run(a, trainer, mode, a.layers, a.steps)
+            row[trainer] = {"ranks": ranks, **summary(ranks)}
+            log(f"  {mode} {trainer}: peak RSS {row[trainer]['peak_rss_mb']:.0f} MiB, "
+                f"address space {row[trainer]['peak_vm_mb']:.0f} MiB")
+        if not a.no_table:
+            table.append(row)
+        if a.find_largest:
+            found = {t: largest(a, t, mode, log) for t in TRAINERS}
+            search.append({"mode": mode, **found})
+    return {"table": table, "largest": search}
+
+
+def report(result: dict, a) -> str:
+    rows = []
+    search = {r["mode"]: r for r in result["largest"]}
+    for r in result["table"] or [{"mode": m, "paddlenlp": None, "ours": None} for m in search]:
+        if r["ours"] is None:
+            s = search[r["mode"]]
+            rows.append([r["mode"], "", "", "", "", f"{s['ours']['layers']} / {s['paddlenlp']['layers']}"])
+            continue
+        theirs, ours = r["paddlenlp"], r["ours"]
+        drift = max((abs(x - y) for x, y in zip(theirs["losses"], ours["losses"])), default=float("nan"))
+        rss = f"{ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} ({ours['peak_rss_mb'] / theirs['peak_rss_mb']:.3f})"
+        row = [r["mode"], rss,
+               f"{ours['peak_vm_mb']:.0f} / {theirs['peak_vm_mb']:.0f}",
+               common.fmt(ours["step_cpu_s"] / theirs["step_cpu_s"], 3), f"{drift:.1e}"]
+        if r["mode"] in search:
+            s = search[r["mode"]]
+            row.append(f"{s['ours']['layers']} / {s['paddlenlp']['layers']}"
+                       + (" (cap)" if s["ours"]["capped"] or s["paddlenlp"]["capped"] else ""))
+        rows.append(row)
+    headers = ["mode", "peak RSS a rank, ours / PaddleNLP (MiB)", "peak address space a rank, ours / PaddleNLP (MiB)",
+               "CPU a step, ours / PaddleNLP", "largest loss difference"]
+    if search:
+        headers.append(f"largest model under prlimit --as {a.limit_mib} MiB, ours / PaddleNLP (layers)")
+    return (f"Beside PaddleNLP's Trainer ({a.nproc} gloo processes; LlamaForCausalLM, hidden {a.hidden}, "
+            f"intermediate {a.intermediate}, {a.heads} heads, sequence {a.seq}, vocabulary {a.vocab}, per-device batch "
+            f"{a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps):\n\n"
+            + common.markdown_table(headers, rows) + "\n")
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("beside PaddleNLP's Trainer (--against-paddlenlp)")
+    g.add_argument("--against-paddlenlp", action="store_true",
+                   help="run benchmarks/llama_script.py on PaddleNLP's Trainer and on ours, modes " + ", ".join(MODES)
+                   + "; the options not given then default to issue 41's Llama: hidden 512, 10 layers, 8 heads, "
+                   "sequence 128, vocabulary 8000, per-device batch 2, 6 steps, --limit-mib 3072, 3 probe steps")
+    g.add_argument("--intermediate", type=int, default=1376, help="Llama feed-forward size (with --against-paddlenlp)")
+
+
+def beside_defaults(a, given) -> None:
+    """The Llama shape of issue 41 where the option was not given on the command line."""
+    defaults = {"hidden": 512, "layers": 10, "heads": 8, "seq": 128, "vocab": 8000, "batch": 2, "steps": 6,
+                "limit_mib": 3072, "probe_steps": 3, "modes": ",".join(MODES), "probe_timeout": 900}
+    for name, value in defaults.items():
+        if f"--{name.replace('_', '-')}" not in given:
+            setattr(a, name, value)
