@@ -20,7 +20,9 @@ Events:
 Options:
 
 - ``report_to``: any of ``tqdm`` (progress bar: step/total, loss, lr, samples/s,
-  ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
+  ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record;
+  taken from ``args.report_to``, metrics.jsonl is always written beside what it
+  names, e.g. ``report_to=["tensorboard"]``: the run's own record),
   ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
   ``ptrain visualdl --logdir OUTPUT_DIR``, VisualDL's server that also answers
   clients sending no Accept-Language, see ``trainer.cli.visualdl_serve``;
@@ -124,6 +126,8 @@ class Rank0Logger(Callback):
     # ---- configuration ---------------------------------------------------
     def _outputs(self, trainer) -> List[str]:
         outs = self.report_to if self.report_to is not None else list(trainer.args.report_to)
+        if self.report_to is None and outs and "jsonl" not in outs:  # the run's own record, beside what report_to names
+            outs = outs + ["jsonl"]
         if trainer.args.disable_tqdm:
             outs = [o for o in outs if o != "tqdm"]
         return outs
