@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -34,7 +35,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 import pytest
-
 from doc_commands import documented_commands
 from helpers import REPO, free_port
 from patience import patience
@@ -157,8 +157,13 @@ def _shell_line(text, subst=()):
 
 
 def _run(text, cwd, subst=(), timeout=600):
-    return subprocess.run(["bash", "-c", _shell_line(text, subst)], cwd=cwd, env=_env(cwd), capture_output=True,
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(["bash", "-c", _shell_line(text, subst)], cwd=cwd, env=_env(cwd), capture_output=True,
                           text=True, timeout=patience(timeout))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"CPU {cpu:6.1f} s  {text}")  # what each command costs the suite (pytest -s shows it)
+    return done
 
 
 def _inputs(where):
