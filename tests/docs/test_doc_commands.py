@@ -135,7 +135,16 @@ def test_every_documented_command_has_a_plan():
 
 
 def _ids(kind):
-    return [t for t in UNIQUE if isinstance(PLANS.get(t), kind)]
+    """The commands of a kind, one per command line actually run (the Slurm step is the batch shell's command)."""
+    seen, out = set(), []
+    for text in UNIQUE:
+        plan = PLANS.get(text)
+        if isinstance(plan, kind):
+            line = _shell_line(text, getattr(plan, "subst", ()))
+            if line not in seen:
+                seen.add(line)
+                out.append(text)
+    return out
 
 
 # ---- the scratch world ------------------------------------------------------------------------------------
