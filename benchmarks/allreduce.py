@@ -315,7 +315,7 @@ def report(res: dict, info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks allreduce", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks allreduce", description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc", type=int, default=2, help="processes (--nproc_per_node), default 2")
     p.add_argument("--min-size", default="1K", help="smallest buffer (default 1K)")
     p.add_argument("--max-size", default="256M", help="largest buffer (default 256M)")
@@ -325,8 +325,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recompute", action="store_true", help="gradient-sync blocks under the trainer's recompute")
     p.add_argument("--timeout", type=float, default=1800)
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write the raw measurements to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write the raw measurements to this file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

@@ -374,7 +374,7 @@ def _burners(n: int) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n\n")[0])
     p.add_argument("--params", type=float, default=20, help="MLP parameters, in millions (default 20)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of no save / sync / async per load (default 3)")
     p.add_argument("--every", type=int, default=8, help="steps between saves (default 8)")
@@ -386,10 +386,10 @@ def main(argv=None) -> int:
     p.add_argument("--replay-measure", type=int, default=300, help="batches iterated to estimate replay cost")
     p.add_argument("--busy", default="0,2", help="stress-ng --cpu workers beside the stall runs, a list run in turn "
                    "(default 0,2: none, then both cores of a 2-core machine kept busy)")
-    p.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary directory)")
+    p.add_argument("--dir", type=common.existing_dir, default=None, help="where checkpoints are written (default: a temporary directory)")
     p.add_argument("--timeout", type=float, default=1800)
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write the raw measurements to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write the raw measurements to this file")
     # --child stall | resume (one measurement per process), or stall,resume: both in one process (the smoke
     # test: one paddle import instead of two), each in its own directory under --out
     p.add_argument("--child", help=argparse.SUPPRESS)

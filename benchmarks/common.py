@@ -9,6 +9,7 @@ that is shown when the child fails.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -25,6 +26,30 @@ MARKER = "BENCH_JSON "
 
 class BenchmarkError(RuntimeError):
     """A measurement failed; the message names the command and ends with its stderr."""
+
+
+class Parser(argparse.ArgumentParser):
+    """A benchmark's options; a bad one is one line, ``PROG: error: ...``, and exit 2 (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def existing_dir(value: str) -> str:
+    """``type=`` of a directory flag: it exists (checked before anything is measured)."""
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is not an existing directory: create it, or leave the flag out")
+    return value
+
+
+def output_file(value: str) -> str:
+    """``type=`` of a file written at the end (``--markdown``, ``--json``): its directory exists now."""
+    parent = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{value}: its directory {parent} does not exist: create it first")
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a directory: give a file name")
+    return value
 
 
 # ---- child side ----------------------------------------------------------------

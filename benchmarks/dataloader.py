@@ -402,7 +402,7 @@ def report(rows: List[dict], evals: Dict[str, dict], images: int, batch: int, ep
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks dataloader", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks dataloader", description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=512, help="JPEGs to generate per image set (default 512)")
     p.add_argument("--sets", default="textured,mixed", help=f"image sets: {','.join(SETS)} (default textured,mixed)")
     p.add_argument("--workers", default="0,1,2", help="dataloader_num_workers settings (default 0,1,2)")
@@ -414,8 +414,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="image size factor of every set (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1800)
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write the raw measurements to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write the raw measurements to this file")
     p.add_argument("--child", help=argparse.SUPPRESS)  # the image tree
     p.add_argument("--child-backend", help=argparse.SUPPRESS)
     p.add_argument("--child-workers", type=int, help=argparse.SUPPRESS)

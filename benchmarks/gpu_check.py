@@ -63,7 +63,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks import gpu_sharding  # noqa: E402 - after the repository is on sys.path
+from benchmarks import common  # noqa: E402 - after the repository is on sys.path
+from benchmarks import gpu_sharding  # noqa: E402
 from benchmarks import gpu_tensor_parallel  # noqa: E402
 from benchmarks import gpu_pipeline_parallel  # noqa: E402
 
@@ -381,9 +382,9 @@ def table(rows: List[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", help=f"comma-separated checks (default all): {', '.join(CHECKS)}")
-    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--json", type=common.output_file, help="also write the rows to this file")
     p.add_argument("--card-worker", nargs=2, metavar=("OUT", "DEVICE"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.card_worker:

@@ -348,7 +348,7 @@ def report(table: list, largest: list, a, info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks memory", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc", type=int, default=2, help="processes (default 2)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     p.add_argument("--full", action="store_true", help="ERNIE base: hidden 768, 12 layers, 12 heads, sequence 128")
@@ -367,8 +367,8 @@ def main(argv=None) -> int:
     p.add_argument("--probe-steps", type=int, default=2)
     p.add_argument("--precision", type=int, default=8, help="bisect until fails - fits <= fits / N (default 8)")
     p.add_argument("--probe-timeout", type=float, default=300)
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write the raw measurements to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write the raw measurements to this file")
     memory_beside.add_arguments(p)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)

@@ -472,7 +472,7 @@ def report(runs: Dict[str, List[dict]], info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks overhead", description=__doc__.split("\n\n")[0],
+    p = common.Parser(prog="python -m benchmarks overhead", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default="mlp,ernie,resnet50", help="comma-separated: mlp, ernie, resnet50")
     p.add_argument("--variants", help="comma-separated: " + ", ".join(VARIANTS)
@@ -485,8 +485,8 @@ def main(argv=None) -> int:
                    help="instead of --variants: bare, ours-quiet, and ours-quiet plus each built-in callback alone")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write every measurement to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write every measurement to this file")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--workload", default="mlp", help=argparse.SUPPRESS)
     p.add_argument("--profile", help="with --child: write cProfile stats of the training loop here")

@@ -229,12 +229,11 @@ def _write_timed(save, arrays, path, cpu: list) -> None:
 
 
 def main(argv=None) -> int:
-    import argparse
     import tempfile
 
     from benchmarks import common
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.save_stall",
+    p = common.Parser(prog="python -m benchmarks.save_stall",
                                 description="the checkpoint writer's CPU per file, by how it writes and in what pieces")
     p.add_argument("--writers", default="buffered:8,buffered:128,direct:8,direct:32",
                    help="variants to compare, each buffered:MIB (through the page cache, tensor_file.CHUNK) or "
@@ -242,7 +241,7 @@ def main(argv=None) -> int:
                         "(default buffered:8,buffered:128,direct:8,direct:32)")
     p.add_argument("--mib", type=int, default=231, help="file size, MiB (default 231: the 20 M-parameter checkpoint)")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--dir", default=None, help="where the file is written (default: a temporary directory on the "
+    p.add_argument("--dir", type=common.existing_dir, default=None, help="where the file is written (default: a temporary directory on the "
                    "filesystem of the current one; O_DIRECT needs a disk, not tmpfs)")
     a = p.parse_args(argv)
     try:

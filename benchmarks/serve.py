@@ -42,7 +42,6 @@ Models (``--models``): ``digits``, an MLP the size of the digits task's
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -57,6 +56,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from benchmarks import common
 from benchmarks.common import fmt, free_port, load_line, machine_info, machine_line, markdown_table, write_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -389,7 +389,7 @@ def report(result: dict, info: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks serve", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--models", default="digits,mlp", help="comma-separated: digits (64-32-32-10), mlp (--hidden)")
@@ -405,8 +405,8 @@ def main(argv=None) -> int:
     p.add_argument("--slice", type=float, default=0.5, help="seconds per turn of one target before the next")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the median round is reported")
     p.add_argument("--max_requests", type=int, default=20000, help="at most this many requests per point")
-    p.add_argument("--markdown", default=None)
-    p.add_argument("--json", default=None)
+    p.add_argument("--markdown", type=common.output_file, default=None)
+    p.add_argument("--json", type=common.output_file, default=None)
     args = p.parse_args(argv)
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
     args.models = [x for x in args.models.split(",") if x]

@@ -21,6 +21,7 @@ import argparse
 import sys
 import time
 
+from benchmarks import common
 from benchmarks.common import (
     emit,
     fmt,
@@ -88,13 +89,13 @@ def report(rows, args) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks workers", description=__doc__.split("\n\n")[0])
+    p = common.Parser(prog="python -m benchmarks workers", description=__doc__.split("\n\n")[0])
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--markdown", help="also write the report to this file")
-    p.add_argument("--json", help="write the raw measurements to this file")
+    p.add_argument("--markdown", type=common.output_file, help="also write the report to this file")
+    p.add_argument("--json", type=common.output_file, help="write the raw measurements to this file")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)  # persistent: 0 or 1
     args = p.parse_args(argv)
     if args.child is not None:

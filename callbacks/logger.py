@@ -20,7 +20,9 @@ Events:
 Options:
 
 - ``report_to``: any of ``tqdm`` (progress bar: step/total, loss, lr, samples/s,
-  ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record),
+  ETA), ``jsonl`` (``output_dir/metrics.jsonl``, one JSON object per record;
+  taken from ``args.report_to``, metrics.jsonl is always written beside what it
+  names, e.g. ``report_to=["tensorboard"]``: the run's own record),
   ``visualdl`` (scalars under ``output_dir/visualdl``; view them with
   ``ptrain visualdl --logdir OUTPUT_DIR``, VisualDL's server that also answers
   clients sending no Accept-Language, see ``trainer.cli.visualdl_serve``;
@@ -42,12 +44,12 @@ hardware and data-loading figures (``gpu*``, ``cpu_*``, ``rss_*``,
 ``data_wait_*``) -> ``system/<key>``, a key that already holds a ``/`` is used
 as is, everything else -> ``train/<key>``. ``step`` is the x axis; ``epoch``
 and ``*_samples`` counts go to metrics.jsonl only. Only scalar numbers reach
-VisualDL: **no hparams record is ever written**. With the pinned set
-(visualdl 2.5.3, protobuf 7.36) ``LogWriter.add_hparams`` raises on any boolean
+VisualDL: **no hparams record is ever written**. With visualdl 2.5.3
+and protobuf 7.34 or newer ``LogWriter.add_hparams`` raises on any boolean
 value (``TypeError: Field visualdl.Record.HParam.HparamInfo.int_value: Expected
-an int, got a boolean``: visualdl files a bool as an int, recent protobuf
+an int, got a boolean``: visualdl files a bool as an int, protobuf 7.34+
 refuses it), which is how PaddleNLP's trainer crashes at train start when it
-logs its arguments. This logger only writes scalar records (VisualDL's
+logs its arguments (the pinned protobuf, 6.33, still takes it). This logger only writes scalar records (VisualDL's
 ``scalar`` builder, what ``LogWriter.add_scalar`` writes) after the meta record
 (``meta_data``, what ``LogWriter`` writes first), which works with the pinned
 set. Keep it that way: run arguments belong in the checkpoint's
@@ -124,6 +126,8 @@ class Rank0Logger(Callback):
     # ---- configuration ---------------------------------------------------
     def _outputs(self, trainer) -> List[str]:
         outs = self.report_to if self.report_to is not None else list(trainer.args.report_to)
+        if self.report_to is None and outs and "jsonl" not in outs:  # the run's own record, beside what report_to names
+            outs = outs + ["jsonl"]
         if trainer.args.disable_tqdm:
             outs = [o for o in outs if o != "tqdm"]
         return outs

@@ -92,7 +92,7 @@ class TrainingArguments(PaddleNLPFields):
     logging_strategy: str = field(default="steps", metadata={"help": "when to log the training loss: " + " | ".join(STRATEGIES)})
     logging_steps: int = field(default=10, metadata={"help": "log the loss averaged over ranks every N optimizer steps"})
     logging_first_step: bool = field(default=False, metadata={"help": "also log after the first optimizer step"})
-    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "logger outputs: " + ", ".join(REPORTERS) + "; trackers (each an extra): " + ", ".join(TRACKERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS) + " and every tracker installed"})
+    report_to: List[str] = field(default_factory=lambda: list(DEFAULT_REPORTERS), metadata={"help": "what is written beside metrics.jsonl (which every run but none writes): " + ", ".join(REPORTERS) + "; trackers (each an extra): " + ", ".join(TRACKERS) + "; none (or []) = no logger, all = " + ", ".join(DEFAULT_REPORTERS) + " and every tracker installed"})
     disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar"})
     evaluation_strategy: str = field(default="epoch", metadata={"help": "when to evaluate: " + " | ".join(STRATEGIES)})
     eval_steps: int = field(default=0, metadata={"help": "evaluate every N steps (with evaluation_strategy=steps)"})

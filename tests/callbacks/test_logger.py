@@ -160,7 +160,8 @@ def test_progress_bar_shows_loss_lr_and_throughput(tmp_path, capsys, monkeypatch
     make_trainer(tmp_path, report_to=["tqdm"], evaluation_strategy="no").fit()
     err = capsys.readouterr().err
     assert "6/6" in err and "loss=" in err and "lr=" in err and "samples/s=" in err
-    assert not os.path.exists(tmp_path / "metrics.jsonl") and not os.path.exists(tmp_path / "visualdl")
+    # report_to names what is written beside metrics.jsonl, the run's own record: no VisualDL here
+    assert os.path.exists(tmp_path / "metrics.jsonl") and not os.path.exists(tmp_path / "visualdl")
 
 
 def test_stderr_not_a_terminal_gets_one_line_per_logging_step_and_no_redraws(tmp_path):

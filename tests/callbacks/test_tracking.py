@@ -2,7 +2,9 @@
 stops the run at the start with one line naming the extra, and a tracker that fails mid-run warns once while
 training goes on."""
 
+import json
 import logging
+import os
 import sys
 
 import paddle
@@ -76,3 +78,24 @@ def test_curves_and_hyperparameters():
     assert curve_items({"step": 4, "loss": float("nan"), "eval_val_accuracy": 1, "flag": True}) == [("eval/val_accuracy", 1.0)]
     hp = hyperparameters(TrainingArguments(wandb_api_key="secret", label_names=["a"]))
     assert "wandb_api_key" not in hp and hp["label_names"] == "['a']" and hp["max_grad_norm"] == "None"
+
+
+@pytest.mark.parametrize("report_to", [["tensorboard"], ["tqdm", "tensorboard"], ["visualdl"]])
+def test_report_to_names_what_is_written_beside_metrics_jsonl(tmp_path, report_to):
+    """Before: ``report_to=["tensorboard"]`` replaced the default loggers, so the run had no metrics.jsonl (which
+    ``ptrain run``'s closing line and cli.md promised). Now metrics.jsonl is always written when report_to names
+    anything, and report_to says what else: VisualDL only when named, the tracker when named."""
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, logging_steps=2, report_to=report_to,
+                             save_strategy="no", evaluation_strategy="no")
+    Trainer(make_mlp(), args, train_dataset=ToyDataset(32), loss_fn=paddle.nn.CrossEntropyLoss()).fit()
+    with open(tmp_path / "metrics.jsonl", encoding="utf-8") as f:
+        assert [json.loads(line)["step"] for line in f] == [2, 4]
+    assert os.path.isdir(tmp_path / "visualdl") == ("visualdl" in report_to)
+    assert os.path.isdir(tmp_path / "tensorboard") == ("tensorboard" in report_to)
+
+
+def test_report_to_none_writes_no_file(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, logging_steps=1, report_to=["none"],
+                             save_strategy="no", evaluation_strategy="no")
+    Trainer(make_mlp(), args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss()).fit()
+    assert not {"metrics.jsonl", "visualdl", "curves.png"} & set(os.listdir(tmp_path))

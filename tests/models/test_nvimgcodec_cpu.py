@@ -2,7 +2,12 @@
 "[ERROR] ... Failed to load nvJPEG library" lines where CUDA's nvJPEG is absent (nvImageCodec probed its GPU
 decoders in each process that decodes). After: without a GPU, ``NVIMGCODEC_EXTENSIONS_PATH`` names a folder of
 the CPU extensions only, so the nvJPEG extension is never loaded; the decoded pixels are the same; with a GPU
-(or a path the user set) nothing changes."""
+(or a path the user set) nothing changes.
+
+Judged by what the process loaded (the extension libraries mapped into it, and the folder nvImageCodec was
+pointed at), never by nvImageCodec's stderr: with every extension (the user's own path) nvImageCodec prints
+"Failed to load nvJPEG library" wherever the nvjpeg wheel is missing (a fresh venv of the README's set-up),
+which an earlier version of this test mistook for a failure of ours (3 of 3 failed there)."""
 
 import io
 import json
@@ -26,9 +31,11 @@ import numpy as np
 from models.resnet import jpeg_regions
 data = open(sys.argv[1], 'rb').read()
 (region,) = jpeg_regions.decode_regions([data], [(3, 5, 40, 50)], fast=False)
-maps = open('/proc/self/maps').read()
+# the shared libraries of nvImageCodec's extensions that this process loaded (the OS's own record)
+loaded = sorted({os.path.basename(line.split()[-1]).split('.so')[0] for line in open('/proc/self/maps')
+                 if '_ext.so' in line and 'nvimgcodec' in line})
 folder = os.environ.get('NVIMGCODEC_EXTENSIONS_PATH')
-print(json.dumps({'nvjpeg_ext': 'libnvjpeg_ext' in maps, 'turbo_ext': 'libjpeg_turbo_ext' in maps, 'folder': folder,
+print(json.dumps({'loaded': loaded, 'folder': folder,
                   'files': sorted(os.listdir(folder)) if folder else None, 'sum': int(region.astype('int64').sum()),
                   'shape': list(region.shape)}))
 """
@@ -46,7 +53,6 @@ def _probe(tmp_path, env_path=None):
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "x.jpg")], env=env, capture_output=True,
                           text=True, timeout=patience(120))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "nvJPEG" not in done.stderr, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -56,11 +62,13 @@ def test_without_a_gpu_only_cpu_extensions_load_and_the_pixels_are_the_same(tmp_
     if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
         pytest.skip("a GPU machine keeps every extension (benchmarks/gpu_check.py)")
     cpu = _probe(tmp_path)
-    assert cpu["turbo_ext"] and not cpu["nvjpeg_ext"]
+    assert "libjpeg_turbo_ext" in cpu["loaded"], cpu  # the decoder that ran
+    assert all(name.startswith(jpeg_regions.CPU_EXTENSIONS) for name in cpu["loaded"]), cpu  # no GPU extension
     assert cpu["files"] and all(f.startswith(jpeg_regions.CPU_EXTENSIONS) for f in cpu["files"])
     spec_dir = os.path.join(os.path.dirname(jpeg_regions._nvimgcodec().__file__), "extensions")
-    every = _probe(tmp_path, env_path=spec_dir)  # a path the user set is left alone: every extension loads
-    assert every["folder"] == spec_dir and every["nvjpeg_ext"]
+    every = _probe(tmp_path, env_path=spec_dir)  # a path the user set is left alone: every extension is offered
+    assert every["folder"] == spec_dir and any(f.startswith("libnvjpeg_ext") for f in every["files"])
+    assert "libjpeg_turbo_ext" in every["loaded"], every
     assert (cpu["sum"], cpu["shape"]) == (every["sum"], every["shape"]) and cpu["shape"] == [37, 45, 3]
 
 

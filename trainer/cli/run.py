@@ -3,6 +3,7 @@ trained, evaluated and reported; and the script paddle's launcher runs for it on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -72,6 +73,7 @@ def run_here(task, options, args, dry_run: bool) -> int:
     # ptrain is the script: it trains, evaluates when there is an evaluation set, predicts on a test set
     # (a dry run of a task that leaves its data out says what the arguments ask for instead)
     dry = dry_run and task.dry_build is not None
+    made = _missing_dirs(args.output_dir) if dry_run else []  # what Trainer(...) makes; a dry run leaves nothing
     args.do_train = True
     args.do_eval = run.eval_dataset is not None or (dry and args.evaluation_strategy != "no")
     args.do_predict = run.test_dataset is not None
@@ -86,6 +88,9 @@ def run_here(task, options, args, dry_run: bool) -> int:
             print("(datasets not built for a dry run)")
         print("args: " + json.dumps(args.to_dict(), sort_keys=True))
         print(trainer.describe_callbacks())
+        for path in made:  # deepest first; only while still empty
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
         return 0
     state = trainer.fit()
     if state.status == "preempted":
@@ -114,9 +119,28 @@ def run_here(task, options, args, dry_run: bool) -> int:
         log_file(trainer, path)  # into the trackers' runs (report_to tensorboard, wandb, mlflow)
         shown = {k: v for k, v in results.items() if k.endswith(("accuracy", "_loss"))}
         print(" ".join(f"{k}={v:.4f}" for k, v in sorted(shown.items())))
-        extra = ", inference/" if os.path.isdir(os.path.join(args.output_dir, "inference")) else ""
-        print(f"run directory: {os.path.abspath(args.output_dir)} (results.json, metrics.jsonl, checkpoints/{extra})")
+        print(f"run directory: {os.path.abspath(args.output_dir)} ({', '.join(run_files(args.output_dir))})")
     return 0
+
+
+#: what a run may leave in its output_dir, in the order the closing line names them (folders with a slash)
+RUN_FILES = ("results.json", "metrics.jsonl", "checkpoints/", "inference/", "visualdl/", "curves.png",
+             "tensorboard/", "wandb/", "mlflow.db", "launch_logs/")
+
+
+def run_files(output_dir: str) -> List[str]:
+    """The entries of :data:`RUN_FILES` that are in ``output_dir`` now: the closing line names only those."""
+    return [name for name in RUN_FILES
+            if (os.path.isdir if name.endswith("/") else os.path.isfile)(os.path.join(output_dir, name.rstrip("/")))]
+
+
+def _missing_dirs(path: str) -> List[str]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    out, path = [], os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
 
 
 def preempted_line(args, state) -> str:

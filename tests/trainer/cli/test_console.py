@@ -71,7 +71,7 @@ def test_digits_demo_prints_bar_eval_lines_and_summary_only(tmp_path):
     assert [int(line.split()[0][5:]) for line in lines[:20]] == list(range(40, 801, 40))
     assert SUMMARY.match(lines[20]), lines[20]
     assert lines[21] == (f"run directory: {tmp_path / 'runs' / 'digits-demo'} (results.json, metrics.jsonl, "
-                         "checkpoints/, inference/)")
+                         "checkpoints/, inference/, visualdl/)")  # the files the run left
     # stderr, whole: the progress bar and the export's one line (what ptrain serve / predict read), nothing
     # else (no warning, no other INFO line, no banner)
     fragments = bar_fragments(out.stderr)
