@@ -70,6 +70,9 @@ if os.environ.get("PTRAIN_TEST_CPU"):
 # that ended on one of them would leave the other workers idle for its last minutes. The order of the tests
 # inside a file is kept.
 LONGEST_FIRST = (
+    "tests/docs/test_doc_commands.py",                  # ~4 min of CPU (every documented ptrain command)
+    "tests/trainer/test_host_memory.py",                # 400-step RSS slopes, 1 and 2 processes
+    "tests/parallel/test_recompute_dp.py",              # two 2-process ERNIE runs
     "tests/distributed/test_sharded_checkpoint.py",     # 300 s (9 two-process launches)
     "tests/distributed/test_sharded_checkpoint_stage3.py",  # 280
     "tests/distributed/test_elastic.py",                # 270 s
