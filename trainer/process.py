@@ -229,6 +229,11 @@ class _PipeSafe:
     def __init__(self, stream):
         self._stream = stream
 
+    @property
+    def guarded(self):
+        """The stream beneath (a handler made before the guard holds it)."""
+        return self._stream
+
     def _closed(self) -> None:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

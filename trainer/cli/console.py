@@ -94,9 +94,20 @@ class LibraryLogger(logging.Logger):
         super().addHandler(hdlr)
 
 
+def _console_streams() -> tuple:
+    """The objects a handler writing to the console holds: ``sys.stdout``/``sys.stderr`` now, the interpreter's
+    own, and what :func:`trainer.process.guard_console` wrapped (a handler made before the guard, e.g. by a
+    paddle imported from a sitecustomize, holds the stream beneath it)."""
+    streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    return streams + tuple(getattr(s, "guarded", None) for s in streams if getattr(s, "guarded", None) is not None)
+
+
+def _on_console(handler: logging.Handler) -> bool:
+    return getattr(handler, "stream", None) in _console_streams()
+
+
 def _writes_to_console(handler: logging.Handler) -> bool:
-    return type(handler) is logging.StreamHandler and getattr(handler, "stream", None) in (
-        sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    return type(handler) is logging.StreamHandler and _on_console(handler)
 
 
 def _route_libraries() -> None:
@@ -186,7 +197,7 @@ def configure(verbose: bool = False, main_process: bool = True) -> None:
     child_environment(verbose)
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.stderr, sys.stdout):
+        if isinstance(handler, logging.StreamHandler) and _on_console(handler):
             root.removeHandler(handler)
     handler = BarSafeHandler(sys.stderr)
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s %(name)s: %(message)s"
