@@ -200,6 +200,7 @@ def child_resume(positions: List[int], epoch_samples: int, batch: int, repeats: 
 
     from callbacks.base import Callback
     from trainer import Trainer, TrainingArguments
+    from trainer.checkpoint.manifest import write_manifest
     from trainer.events import Event
 
     class Lazy(paddle.io.Dataset):
@@ -267,8 +268,7 @@ def child_resume(positions: List[int], epoch_samples: int, batch: int, repeats: 
             data = f.read()
         manifest["files"]["trainer.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         manifest["step"] = p
-        with open(man_path, "w", encoding="utf-8") as f:
-            json.dump(manifest, f)
+        write_manifest(ckpt, manifest)  # re-signed and re-sealed: the manifest's own digest too
         return run, ckpt
 
     def resume_once(p):
