@@ -4,6 +4,7 @@ DataError (3) raised outside fit() -- by TrainingArguments, by Trainer(...), by 
 line names the error. Real launches of real scripts; the launches are counted by the file the script appends to."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -45,4 +46,6 @@ def test_ptrain_run_with_restarts_refuses_the_layout_with_exit_2_and_no_launch_a
                           env=ENV, capture_output=True, text=True, timeout=patience(300), cwd=tmp_path, check=False)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.count("ptrain: launching:") <= 1 and "restart 1 of" not in done.stderr
-    assert "tensor_parallel_degree=3" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+    # one line naming the field: on a CPU build the capability check refuses it before the launcher starts (it needs
+    # a GPU); where it runs, the layout's own check (3 does not divide the 2 ranks)
+    assert re.search(r"tensor_parallel_degree[ =]3", done.stderr.strip().splitlines()[-1]), done.stderr[-3000:]
