@@ -85,6 +85,8 @@ def test_report_to_names_what_is_written_beside_metrics_jsonl(tmp_path, report_t
     """Before: ``report_to=["tensorboard"]`` replaced the default loggers, so the run had no metrics.jsonl (which
     ``ptrain run``'s closing line and cli.md promised). Now metrics.jsonl is always written when report_to names
     anything, and report_to says what else: VisualDL only when named, the tracker when named."""
+    if "tensorboard" in report_to:  # the README's test set-up has no tracker extra (.ci/run installs them)
+        pytest.importorskip("tensorboardX", reason="tensorboardX (in the tensorboard extra) is not installed")
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=4, logging_steps=2, report_to=report_to,
                              save_strategy="no", evaluation_strategy="no")
     Trainer(make_mlp(), args, train_dataset=ToyDataset(32), loss_fn=paddle.nn.CrossEntropyLoss()).fit()
