@@ -53,6 +53,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 #: the exit code after SIGUSR1: the checkpoint is saved, requeue the job (docs/how-to/preemption.md); never
 #: restarted by --max_restarts (the allocation is about to end)
 REQUEUE_EXIT = 128 + signal.SIGUSR1
+#: what a preempted rank exits with (SIGINT, SIGUSR1's requeue, SIGTERM/SIGHUP): it saved and stopped, not a failure
+PREEMPTED_CODES = (130, REQUEUE_EXIT, 143)
 
 
 def stop_signal(signum: int) -> int:

@@ -26,9 +26,9 @@ import re
 import sys
 import threading
 
+from ..process import PREEMPTED_CODES  # a preempted rank's "Container failed" from the launcher is no failure
+
 CONSOLE_LOG = "console.log"
-#: exit codes of a rank that was preempted: the launcher's "Container failed" for them is not a failure
-PREEMPTED_CODES = (130, 138, 143)
 _FAILED = re.compile(r"^LAUNCH ERROR .*Container failed !!!\s*$")
 _CONTAINER = re.compile(r"^Container rank (\d+) status failed cmd .* code (-?\d+) log (\S+)\s*$")
 _HELD_PREFIXES = ("LAUNCH ERROR", "Container rank")

@@ -29,7 +29,7 @@ from typing import List, Optional
 
 from ..checkpoint import RESUME_ENV
 from ..errors import ConfigError
-from ..process import FAILURE_DIR_ENV, REQUEUE_EXIT, read_failures
+from ..process import FAILURE_DIR_ENV, PREEMPTED_CODES, REQUEUE_EXIT, read_failures
 from .flags import ETCD, is_etcd
 from .relay import ConsoleLog
 from .supervise import STOPPED_AFTER_FAILURE, run_launcher
@@ -118,10 +118,10 @@ def _launch_until_done(ns, target: List[str], log_dir: str, log: ConsoleLog) -> 
         if code in NO_RESTART or code < 0 or used >= ns.max_restarts:
             why = ("no restart can fix it" if code in NO_RESTART or code < 0 else
                    f"all {ns.max_restarts} restarts are used" if ns.max_restarts else "restarts are off (--max_restarts)")
-            if code not in (130, REQUEUE_EXIT, 143) and not said:
+            if code not in PREEMPTED_CODES and not said:
                 log.say(f"ptrain: the run failed with exit code {code} ({cause}; {why}); the workers' logs are in "
                         f"{log_dir}")
-            elif code in (130, REQUEUE_EXIT, 143):
+            elif code in PREEMPTED_CODES:
                 log.say(f"ptrain: the job stopped with exit code {code} (preempted: each rank saved and exited); "
                         f"the workers' logs and this console are in {log_dir}")
             return code
