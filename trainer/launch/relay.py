@@ -26,7 +26,8 @@ import re
 import sys
 import threading
 
-from ..process import PREEMPTED_CODES  # a preempted rank's "Container failed" from the launcher is no failure
+# a preempted rank's "Container failed" from the launcher is no failure
+from ..process import PREEMPTED_CODES
 
 CONSOLE_LOG = "console.log"
 _FAILED = re.compile(r"^LAUNCH ERROR .*Container failed !!!\s*$")
