@@ -26,7 +26,7 @@ from .capabilities import check_arguments
 from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
 from .device import DEVICES  # the one list of device choices (re-exported: trainer.args.DEVICES)
 from .errors import ConfigError, option
-from .parallel.layout import Layout
+from .layout import Layout
 
 AMP_CHOICES = ("off", "fp16", "bf16")
 AMP_LEVELS = ("O1", "O2")

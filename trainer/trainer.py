@@ -53,7 +53,7 @@ from .events import Event
 from .heap import frozen_heap
 from .loss_window import LossWindow
 from .memory_stats import peak_memory_record
-from .parallel import Layout
+from .layout import Layout
 from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
 from .state import TrainerState

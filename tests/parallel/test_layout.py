@@ -8,7 +8,7 @@ import pytest
 
 from trainer import TrainingArguments
 from trainer.errors import ConfigError
-from trainer.parallel import Layout, parse_sharding
+from trainer.layout import Layout, parse_sharding
 
 
 def test_plain_data_parallel_and_each_stage_describe_themselves_as_plain_json():
@@ -81,7 +81,7 @@ def test_the_layout_module_and_trainer_args_import_no_paddle():
 
     from helpers import REPO
 
-    code = "import sys, trainer.args, trainer.parallel; print('paddle' in sys.modules)"
+    code = "import sys, trainer.args, trainer.layout, trainer.parallel; print('paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=REPO))
     assert out.stdout.strip() == "False"

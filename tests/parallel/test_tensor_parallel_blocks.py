@@ -1,5 +1,5 @@
 """The checkpoint blocks of tensor parallel, in one process: what each rank of a group writes of a split parameter
-and its moments (trainer.checkpoint.slices.block_specs), put together by the sharded format's index
+and its moments (trainer.layout.slices.block_specs), put together by the sharded format's index
 (trainer.checkpoint.shards), and cut again for any degree (local_blocks)."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 from trainer.checkpoint.shards import assemble, holdings, plan, shard_file
-from trainer.checkpoint.slices import block_specs, local_blocks, tensor_parallel_splits
+from trainer.layout.slices import block_specs, local_blocks, tensor_parallel_splits
 
 
 def split_model():
@@ -58,8 +58,8 @@ def test_a_dimension_that_does_not_split_is_named():
 
 
 def test_a_model_without_tensor_parallel_layers_is_named_in_one_warning_line():
+    from trainer.layout import Layout
     from trainer.parallel.apply import unsplit_model_warning
-    from trainer.parallel.layout import Layout
 
     plain = paddle.nn.Sequential(paddle.nn.Linear(4, 6), paddle.nn.Linear(6, 4))
     warning = unsplit_model_warning(plain, Layout.plan(2, tensor_parallel_degree=2))

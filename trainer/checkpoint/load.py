@@ -9,12 +9,12 @@ import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
+from ..layout.slices import local_blocks, sliced_optimizer_state, split_parameters, tensor_parallel_splits
+from ..layout.stages import held_optimizer_tensors, local_state, whole_state
 from .manifest import VerifiedCheckpoint, read_verified
 from .resume import plan_world_size
 from .rng import set_rng_state
-from .slices import local_blocks, sliced_optimizer_state, split_parameters, tensor_parallel_splits
 from .snapshot import join_optimizer_state, param_name_map
-from .stages import held_optimizer_tensors, local_state, whole_state
 from .store import resolve_read
 
 logger = logging.getLogger("trainer.checkpoint")
@@ -105,7 +105,7 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
 
 def reslice_optimizer(trainer) -> None:
     """After the layout is applied: give a sharding stage 3 optimizer the resumed states of its sliced parameters
-    as the ranges this rank holds (``trainer.checkpoint.slices``); then let the whole states go."""
+    as the ranges this rank holds (``trainer.layout.slices``); then let the whole states go."""
     state = getattr(trainer, "resumed_optimizer_state", None)
     trainer.resumed_optimizer_state = None
     if state is None:

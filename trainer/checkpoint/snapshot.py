@@ -19,6 +19,13 @@ import numpy as np
 import paddle
 
 from .. import distributed as dist
+from ..layout.slices import (
+    block_specs,
+    split_parameters,
+    take_slices,
+    tensor_parallel_splits,
+)
+from ..layout.stages import whole_names, whole_state
 from ..tensors import to_numpy
 from . import contents
 from .fingerprint import data_fingerprint
@@ -26,8 +33,6 @@ from .host_buffers import HostBuffers
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 from .shards import digest, holdings, plan, shard_file, written_by
-from .slices import block_specs, split_parameters, take_slices, tensor_parallel_splits
-from .stages import whole_names, whole_state
 
 
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
@@ -36,7 +41,7 @@ def _to_numpy(t: paddle.Tensor) -> np.ndarray:
 
 def param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
     """paddle's unique parameter names (``linear_0.w_0``) -> structured names (``fc.weight``; a pipeline stage's
-    under the whole model's names, ``trainer.checkpoint.stages``)."""
+    under the whole model's names, ``trainer.layout.stages``)."""
     whole = whole_names(model)
     return {p.name: whole.get(name, name) for name, p in model.named_parameters()}
 

@@ -9,7 +9,7 @@ PaddleNLP's value instead of an ``AttributeError``. These have an effect here:
 environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
 ``sharding_parallel_degree``), ``tensor_parallel_degree`` /
 ``pipeline_parallel_degree``, their ``*_config`` and ``hybrid_parallel_topo_order``
-(read by ``trainer.parallel.Layout.plan``: fleet's hybrid topology),
+(read by ``trainer.layout.Layout.plan``: fleet's hybrid topology),
 ``unified_checkpoint_config`` (``async_save``: ``save_async``), and
 ``save_sharded_model``, ``load_sharded_model``, ``unified_checkpoint``, which ask
 for what checkpoints always do here (``trainer.checkpoint.shards``): never a warning. A

@@ -55,8 +55,8 @@ import paddle
 from paddle.static import InputSpec
 
 from .. import distributed as dist
-from ..checkpoint.stages import whole_model
 from ..errors import ConfigError, DataError, TrainingError
+from ..layout.stages import whole_model
 from ..tensors import to_numpy
 from .predictor import PARAMS_FILE, PREFIX, create_predictor, model_files, run_predictor
 
@@ -338,7 +338,7 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
     on one process (``trainer.checkpoint.load.load_weights``), which puts the shards together.
 
     A tensor-parallel run exports one single-card model: every rank must call this (the slices of the split
-    parameters are gathered over the tensor-parallel group, ``trainer.parallel.merge``), then rank 0 loads the
+    parameters are gathered over the tensor-parallel group, ``trainer.layout.merge``), then rank 0 loads the
     whole weights into the model's ``single_card_model()`` and exports that."""
     path = path or os.path.join(trainer.args.output_dir, "inference")
     if getattr(getattr(trainer, "layout", None), "shards_parameters", False):
@@ -348,7 +348,7 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
     layout = getattr(trainer, "layout", None)
     model = trainer.model
     if getattr(layout, "mp_degree", 1) > 1:
-        from ..parallel.merge import merged_state_dict, single_card_model
+        from ..layout.merge import merged_state_dict, single_card_model
 
         whole = merged_state_dict(model, layout)  # a collective over the tensor-parallel group: every rank
         if not dist.is_main_process():

@@ -1,4 +1,4 @@
-"""Apply a :class:`~trainer.parallel.layout.Layout` to the model and optimizer: the one place, in a fixed order.
+"""Apply a :class:`~trainer.layout.Layout` to the model and optimizer: the one place, in a fixed order.
 
 ``Trainer.fit`` calls :func:`parallelize` once, after ``on_fit_begin`` (AMP O2 has cast the
 parameters then: gradient buckets and shards are built for the dtypes the parameters have):
@@ -34,8 +34,9 @@ from paddle.distributed import fleet
 from .. import distributed as dist
 from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
+from ..layout import Layout
+from ..layout.slices import tensor_parallel_splits
 from .grad_sync import GradSync
-from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute, switches_own_recompute
 
@@ -141,8 +142,6 @@ def unsplit_model_warning(model: paddle.nn.Layer, layout: Layout) -> Optional[st
     """The one warning line for ``tensor_parallel_degree`` > 1 on a model that has no tensor-parallel layers (no
     parameter of fleet's ColumnParallelLinear, RowParallelLinear or VocabParallelEmbedding: nothing is split, each
     rank of a tensor-parallel group trains the whole model); None otherwise."""
-    from ..checkpoint.slices import tensor_parallel_splits
-
     if layout.mp_degree == 1 or tensor_parallel_splits(model):
         return None
     return (f"{option('tensor_parallel_degree', layout.mp_degree)} but {type(model).__name__} has no tensor-parallel "
