@@ -17,18 +17,18 @@ import paddle.distributed as pdist
 
 from ..errors import ConfigError
 from ..tensors import to_numpy
-from .plan import Layout
 from .slices import tensor_parallel_splits
 
 
-def merged_state_dict(model: paddle.nn.Layer, layout: Layout) -> Dict[str, np.ndarray]:
-    """``{name: whole array}`` of ``model``'s state on every rank (see the module docstring)."""
-    splits = tensor_parallel_splits(model) if layout.mp_degree > 1 else {}
+def merged_state_dict(model: paddle.nn.Layer, group) -> Dict[str, np.ndarray]:
+    """``{name: whole array}`` of ``model``'s state on every rank of the tensor-parallel ``group`` (see the module
+    docstring)."""
+    splits = tensor_parallel_splits(model)
     out = {}
     for name, value in model.state_dict().items():
         if name in splits:
             parts: list = []
-            pdist.all_gather(parts, value.detach(), group=layout.mp_group)
+            pdist.all_gather(parts, value.detach(), group=group)
             value = paddle.concat(parts, axis=splits[name])
         out[name] = to_numpy(value, keep_float16=True)
     return out

@@ -433,7 +433,7 @@ class Layout:
 
             from .merge import merged_state_dict, single_card_model
 
-            whole = merged_state_dict(model, self)  # a collective over the tensor-parallel group: every rank
+            whole = merged_state_dict(model, self.mp_group)  # a collective over the tensor-parallel group: every rank
             if not dist.is_main_process():
                 return None
             model = single_card_model(model)
