@@ -118,6 +118,7 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
             assert default(ours_fields[f.name]) == default(f), f.name
             assert (f.name in mixin) == (f.name in only_theirs), f.name
     assert len(only_theirs) >= 39  # the PaddleNLP-only fields (the parallel ones are our own, beside sharding)
+    assert set(PARALLEL) <= set(ours_fields) and not set(PARALLEL) & (mixin | only_theirs)  # ours, not PaddleNLP-only
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
