@@ -1,10 +1,14 @@
 """The model's layout over ranks: one small object that answers "which group reduces this?".
 
 :class:`Layout` is planned from the arguments and the world size before anything runs
-(:meth:`Layout.plan`: the one place the parallel fields are checked against each other)
-and gets its communication groups when :func:`trainer.parallel.parallelize` applies it.
-The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as
-``trainer.layout`` and never branch on the parallel mode themselves.
+(:meth:`Layout.plan`: the one place the parallel fields are checked against each other), once per run:
+``TrainingArguments`` plan it where they check their fields (``args.layout``) and the ``Trainer`` takes that one.
+It gets its communication groups when fleet's topology is brought up for it (``trainer.parallel.apply.init_topology``:
+from the arguments for tensor and pipeline parallel, else when :func:`trainer.parallel.parallelize` applies it).
+The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as ``trainer.layout`` and never
+branch on the parallel mode themselves; checkpoints and export ask it for the model's state as this rank holds
+it (:meth:`Layout.local_state`, :meth:`Layout.whole_state`, :meth:`Layout.saved_blocks`,
+:meth:`Layout.whole_model`), which on one process is the state as it is.
 
 Ranks follow fleet's hybrid topology order, outermost first: ``dp, pp, sharding, mp``
 (``hybrid_parallel_topo_order="pp_first"``, the default, as in PaddleNLP) or ``dp, sharding, pp, mp``
@@ -129,9 +133,9 @@ class Layout:
     Degrees multiply to the world size: ``dp_degree * sharding_degree * mp_degree * pp_degree``.
     ``sharding_stage`` 0 is no sharding; 1 shards optimizer states (fleet's
     DygraphShardingOptimizer), 2 also gradients, 3 also parameters (paddle's
-    ``group_sharded_parallel``). Groups are None until :func:`trainer.parallel.parallelize`
-    applies the layout, and stay None for a degree of 1; a None group means "all ranks"
-    to ``paddle.distributed`` collectives.
+    ``group_sharded_parallel``). Groups are None until fleet's topology is brought up for
+    the layout (``trainer.parallel.apply.init_topology``), and stay None for a degree of 1;
+    a None group means "all ranks" to ``paddle.distributed`` collectives.
     """
 
     world_size: int = 1
