@@ -9,7 +9,8 @@ PaddleNLP's fields (``fields_table``: data).
 May import: ``trainer.errors``, ``trainer.device`` (the device choices), ``trainer.capabilities`` (what this build
 can run, asked before anything is launched), ``trainer.layout`` (the parallel fields are planned together) and
 ``trainer.parallel`` (``init_topology``: fleet's groups before a tensor- or pipeline-parallel model is built);
-paddle only inside functions. Never ``trainer.compat``, the loop, checkpoints, callbacks or models.
+paddle only inside functions. Never the compat room (it converts PaddleNLP's arguments into these), the loop,
+checkpoints, callbacks or models.
 
 Used by: ``trainer.trainer``, ``trainer.compat`` (PaddleNLP's arguments converted into these, the migration
 table), ``trainer.cli`` and scripts (``from trainer import TrainingArguments``).

@@ -13,7 +13,7 @@ and the output_dir's owner (``owner``: who a process is and whether it lives; ``
 May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``, ``trainer.ranks``,
 ``trainer.tensors``, ``trainer.heap``, ``trainer.data``) and ``trainer.layout`` (what a rank holds of the whole
 model: a save writes and a resume loads what the layout answers); never the loop itself, the launcher,
-the commands or ``callbacks``.
+the commands or callbacks.
 
 Used by: ``trainer.Trainer`` (save, load, claim), the checkpoint, preemption and
 spike-recovery callbacks, ``trainer.launch`` (is there a checkpoint to resume)

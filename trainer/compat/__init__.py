@@ -23,7 +23,7 @@ May import: ``trainer.args`` (the arguments PaddleNLP's are converted into),
 ``trainer.errors``, ``trainer.distributed``, ``trainer.recipe`` (the recipe PaddleNLP's
 extends), ``trainer.data`` (a batch's size), ``trainer.checkpoint`` (``fence``:
 ``save_model`` writes into the run's output_dir) and ``callbacks`` (``callbacks.base``:
-the adapters are callbacks). Never the loop itself (``trainer.trainer``) or models.
+the adapters are callbacks). Never the loop itself or models.
 
 Used by: ``trainer.trainer`` (``door``, ``api``), ``trainer.evaluation`` and
 ``trainer`` (``outputs``' named tuples) and PaddleNLP users' scripts.

@@ -15,11 +15,12 @@ connections' timeouts and limit (``connections``), a request's body framed one w
 when the default runs lone requests there (``placement``), the runtimes they load
 (``runtimes``) and the Prometheus metrics (``metrics``).
 
-May import: the package's version (``trainer``), the loop's lower modules
-(``trainer.errors``, ``trainer.distributed``, ``trainer.tensors``, ``trainer.process``)
-and ``trainer.layout`` (the whole model an export writes, whatever the layout); never
-the loop, checkpoints, the launcher, the commands or ``models``. A task's
-preprocessing reaches the server as an argument (``trainer.task.Preprocessing``),
+May import: the package's version (``trainer``) and the loop's lower modules
+(``trainer.errors``, ``trainer.distributed``, ``trainer.tensors``, ``trainer.process``);
+never the loop, checkpoints, the launcher, the commands or models. An export asks the
+trainer's Layout for the whole model it writes, whatever the layout (``Layout.whole_model``).
+
+A task's preprocessing reaches the server as an argument (``trainer.task.Preprocessing``),
 resolved by ``ptrain serve``.
 
 Used by: ``Trainer.export()``, ``callbacks.Export``, the tasks' ``predict``

@@ -7,8 +7,8 @@ ranges, tensor parallel's blocks at their offsets), a pipeline stage's names in 
 the single-card twin a tensor-parallel model's slices are gathered into (``merge``).
 
 May import: paddle and numpy (``slices``, ``stages``, ``merge``: imported by name where used), ``trainer.errors``,
-``trainer.distributed``, ``trainer.tensors``. Never ``trainer.parallel``, ``trainer.checkpoint``,
-``trainer.deploy``, the loop, callbacks or models.
+``trainer.distributed``, ``trainer.tensors``. Never the parallel, checkpoint or deploy rooms (they ask it), the
+loop, callbacks or models.
 
 Used by: ``trainer.args`` (the fields are checked together by :meth:`Layout.plan`), ``trainer.capabilities``,
 ``trainer.trainer`` (``trainer.layout``), ``trainer.parallel`` (applies it and fills its groups),
