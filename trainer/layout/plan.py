@@ -394,12 +394,12 @@ class Layout:
         slice specs of those ranges and of tensor parallel's blocks at their offsets in the whole tensor
         (``{"model/<name>" | "optimizer/<key>": spec}``, ``trainer.checkpoint.shards``); ``{}`` when this rank
         holds whole tensors (the state as it is)."""
-        from .slices import block_specs, split_parameters, take_slices, tensor_parallel_splits
+        from . import slices
 
-        specs = take_slices(split_parameters(model, self.sharding_rank), model_state, opt_state)
+        specs = slices.take_slices(slices.split_parameters(model, self.sharding_rank), model_state, opt_state)
         if self.mp_degree > 1:
-            specs.update(block_specs(tensor_parallel_splits(model), self.mp_rank, self.mp_degree, model_state,
-                                     opt_state))
+            specs.update(slices.block_specs(slices.tensor_parallel_splits(model), self.mp_rank, self.mp_degree,
+                                            model_state, opt_state))
         return specs
 
     def local_state(self, model, model_state: dict, opt_tensors: dict) -> tuple:
