@@ -220,7 +220,7 @@ def test_split_batch_and_one_shape_per_step():
 
 
 def test_stage_names_map_optimizer_tensors_to_the_stage():
-    from trainer.checkpoint.stages import held_optimizer_tensors
+    from trainer.layout.stages import held_optimizer_tensors
 
     tensors = {"param:ernie.pooler.dense.weight_moment1_0": 1, "param:classifier.weight_moment1_0": 2,
                "master:classifier.weight": 3, "LR": 4}
@@ -248,7 +248,7 @@ def test_a_rank_stopped_by_the_launcher_after_another_failed_is_a_restartable_fa
 def test_auto_find_batch_size_is_refused_under_pipeline_parallel_in_one_line():
     from trainer.auto_batch import AutoBatch
     from trainer.errors import ConfigError
-    from trainer.parallel.layout import Layout
+    from trainer.layout import Layout
 
     with pytest.raises(ConfigError, match="auto_find_batch_size.*pipeline_parallel_degree=2") as info:
         AutoBatch(2, 8, Layout.plan(world_size=2, pipeline_parallel_degree=2))
