@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks import common
+from benchmarks import common, malloc_trace
 
 SCRIPT = os.path.join(common.REPO, "benchmarks", "llama_script.py")
 MODES = ("dp", "stage1", "recompute", "stage1+recompute")
@@ -45,7 +45,8 @@ def mode_flags(mode: str) -> list:
         (["--recompute", "true"] if "recompute" in parts else [])
 
 
-def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800):
+def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800,
+        env_extra: dict | None = None):
     """One launch; the ranks' measurements, or None when it failed (under a limit: it did not fit)."""
     tmp = tempfile.mkdtemp(prefix=f"bench-beside-{trainer}-")
     try:
@@ -63,7 +64,7 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
             cmd = [PRLIMIT, f"--as={limit_mib * 2**20}", "--"] + cmd
         threads = str(max(1, (os.cpu_count() or 1) // a.nproc))
         env = common.child_env({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads),
-                                "LLAMA_SCRIPT_TRAINER": trainer})
+                                "LLAMA_SCRIPT_TRAINER": trainer, **(env_extra or {})})
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         try:
@@ -124,18 +125,27 @@ def summary(ranks: list) -> dict:
 
 
 def measure(a, log) -> dict:
-    """The table's runs (each mode: PaddleNLP's, then ours) and, asked for, the largest-model search."""
+    """The table's runs (each mode: PaddleNLP's, then ours, ``--repeat`` times) and, asked for, the largest-model
+    search. A repeated row gives each figure's median over the runs, and every run's peaks."""
     table, search = [], []
     for mode in common.split_list(a.modes):
         mode_flags(mode)
         row = {"mode": mode}
-        for trainer in () if a.no_table else TRAINERS:
-            ranks = run(a, trainer, mode, a.layers, a.steps)
-            row[trainer] = {"ranks": ranks, **summary(ranks)}
-            log(f"  {mode} {trainer}: peak RSS {row[trainer]['peak_rss_mb']:.0f} MiB, "
-                f"address space {row[trainer]['peak_vm_mb']:.0f} MiB")
+        runs: dict = {t: [] for t in TRAINERS}
+        for attempt in range(0 if a.no_table else a.repeat):
+            for trainer in TRAINERS:
+                env = malloc_trace.preload(a.malloc_trace, f"{mode}-{trainer}-{attempt}") if a.malloc_trace else None
+                ranks = run(a, trainer, mode, a.layers, a.steps, env_extra=env)
+                runs[trainer].append({"ranks": ranks, **summary(ranks)})
+                log(f"  {mode} {trainer}: peak RSS {runs[trainer][-1]['peak_rss_mb']:.0f} MiB, "
+                    f"address space {runs[trainer][-1]['peak_vm_mb']:.0f} MiB")
         if not a.no_table:
+            for trainer in TRAINERS:
+                row[trainer] = {**runs[trainer][0], "runs": runs[trainer], **{
+                    key: common.median(r[key] for r in runs[trainer]) for key in ("peak_rss_mb", "peak_vm_mb", "step_cpu_s")}}
             table.append(row)
+            if a.malloc_trace:
+                log(malloc_trace.side_by_side(a.malloc_trace, f"{mode}-paddlenlp-0", f"{mode}-ours-0"))
         if a.find_largest:
             found = {t: largest(a, t, mode, log) for t in TRAINERS}
             search.append({"mode": mode, **found})
@@ -153,6 +163,9 @@ def report(result: dict, a) -> str:
         theirs, ours = r["paddlenlp"], r["ours"]
         drift = max((abs(x - y) for x, y in zip(theirs["losses"], ours["losses"])), default=float("nan"))
         rss = f"{ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} ({ours['peak_rss_mb'] / theirs['peak_rss_mb']:.3f})"
+        if len(ours["runs"]) > 1:
+            rss += " [" + " / ".join("–".join(f"{f(x['peak_rss_mb'] for x in t['runs']):.0f}" for f in (min, max))
+                                     for t in (ours, theirs)) + "]"
         row = [r["mode"], rss,
                f"{ours['peak_vm_mb']:.0f} / {theirs['peak_vm_mb']:.0f}",
                common.fmt(ours["step_cpu_s"] / theirs["step_cpu_s"], 3), f"{drift:.1e}"]
@@ -161,7 +174,8 @@ def report(result: dict, a) -> str:
             row.append(f"{s['ours']['layers']} / {s['paddlenlp']['layers']}"
                        + (" (cap)" if s["ours"]["capped"] or s["paddlenlp"]["capped"] else ""))
         rows.append(row)
-    headers = ["mode", "peak RSS a rank, ours / PaddleNLP (MiB)", "peak address space a rank, ours / PaddleNLP (MiB)",
+    runs = f"median of {a.repeat} runs [each trainer's range]" if a.repeat > 1 else "one run"
+    headers = ["mode", f"peak RSS a rank, ours / PaddleNLP (MiB; {runs})", "peak address space a rank, ours / PaddleNLP (MiB)",
                "CPU a step, ours / PaddleNLP", "largest loss difference"]
     if search:
         headers.append(f"largest model under prlimit --as {a.limit_mib} MiB, ours / PaddleNLP (layers)")
@@ -178,6 +192,12 @@ def add_arguments(p) -> None:
                    + "; the options not given then default to issue 41's Llama: hidden 512, 10 layers, 8 heads, "
                    "sequence 128, vocabulary 8000, per-device batch 2, 6 steps, --limit-mib 3072, 3 probe steps")
     g.add_argument("--intermediate", type=int, default=1376, help="Llama feed-forward size (with --against-paddlenlp)")
+    g.add_argument("--repeat", type=int, default=1,
+                   help="runs of each trainer per mode, alternating (with --against-paddlenlp; default 1): the table "
+                   "gives the medians and each trainer's range of peak RSS (a rank's peak varies by ~2%% from run to run)")
+    g.add_argument("--malloc-trace", metavar="DIR",
+                   help="run the table's runs under benchmarks/malloc_trace.c (LD_PRELOAD; needs a C compiler), its "
+                   "files in DIR, and print each mode's first runs side by side, per step event")
 
 
 def beside_defaults(a, given) -> None:
