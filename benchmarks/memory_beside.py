@@ -45,9 +45,15 @@ def mode_flags(mode: str) -> list:
         (["--recompute", "true"] if "recompute" in parts else [])
 
 
+#: what a rank's log says when the address-space limit stopped it (paddle's allocator, glibc, a thread's stack)
+OUT_OF_MEMORY = ("MemoryError", "ResourceExhausted", "Cannot allocate memory", "std::bad_alloc",
+                 "can't start new thread", "Resource temporarily unavailable")
+
+
 def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800,
-        env_extra: dict | None = None):
-    """One launch; the ranks' measurements, or None when it failed (under a limit: it did not fit)."""
+        env_extra: dict | None = None, why: list | None = None):
+    """One launch; the ranks' measurements, or None when it failed under a limit (then ``why`` gets "out of memory",
+    "timed out" or the failure's last lines: a launch can fail for another reason, a port taken on a busy machine)."""
     tmp = tempfile.mkdtemp(prefix=f"bench-beside-{trainer}-")
     try:
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
@@ -71,10 +77,14 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
+            (why if why is not None else []).append("timed out")
             return None
         files = [os.path.join(tmp, "out", f"measure-rank{r}.json") for r in range(a.nproc)]
         if proc.returncode != 0 or not all(os.path.exists(f) for f in files):
+            text = out + common.launch_logs(os.path.join(tmp, "log"))
             if limit_mib:
+                oom = any(mark in text for mark in OUT_OF_MEMORY)
+                (why if why is not None else []).append("out of memory" if oom else text[-3000:])
                 return None
             raise common.BenchmarkError(f"{trainer} {mode} failed ({proc.returncode}): {' '.join(cmd)}\n"
                                         f"{out[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
@@ -100,21 +110,43 @@ def kill_tree(proc) -> None:
     proc.communicate()
 
 
-def largest(a, trainer: str, mode: str, log) -> dict:
-    """Double the layers until a probe fails, then bisect to one layer."""
-    fits, fails, tried, layers = 0, None, [], a.start_layers
+def largest(a, trainer: str, mode: str, log, attempts: int = 3) -> dict:
+    """Double the layers until a probe fails, then bisect to one layer. A probe that fails for a reason other than
+    memory (its logs name none) is launched again, ``attempts`` in all; if it never trains, it counts as not fitting,
+    and ``failures`` keeps its last lines."""
+    fits, fails, tried, failures, layers = 0, None, [], {}, a.start_layers
     while fails is None or fails - fits > 1:
         if fails is None and layers > a.max_layers:
             break
-        ok = run(a, trainer, mode, layers, a.probe_steps, a.limit_mib, timeout=a.probe_timeout) is not None
+        why: list = []
+        for _ in range(attempts):
+            ok = run(a, trainer, mode, layers, a.probe_steps, a.limit_mib, timeout=a.probe_timeout, why=why) is not None
+            if ok or why[-1] in ("out of memory", "timed out"):
+                break
+            log(f"  {trainer} {mode}: {layers} layers failed, not for memory: launched again\n{why[-1][-600:]}")
+        if not ok and why[-1] not in ("out of memory", "timed out"):
+            failures[layers] = why[-1]
         tried.append((layers, ok))
-        log(f"  {trainer} {mode}: {layers} layers {'trains' if ok else 'does not fit'}")
+        log(f"  {trainer} {mode}: {layers} layers " + ("trains" if ok else f"does not fit ({reason(why[-1])})"))
         if ok:
             fits = layers
         else:
             fails = layers
         layers = layers * 2 if fails is None else (fits + fails) // 2
-    return {"trainer": trainer, "mode": mode, "layers": fits, "tried": tried, "capped": fails is None}
+    return {"trainer": trainer, "mode": mode, "layers": fits, "tried": tried, "capped": fails is None,
+            "failures": failures}
+
+
+def reason(why: str) -> str:
+    return why if why in ("out of memory", "timed out") else "failed, not for memory"
+
+
+def probes(search: dict) -> str:
+    """``4 ✓, 8 ✗ (out of memory), ...`` for each trainer of one mode's search."""
+    return "; ".join(f"{trainer}: " + ", ".join(f"{n} {'✓' if ok else '✗'}" + (" (failed, not for memory)" if n in
+                                                 search[trainer].get("failures", {}) else "")
+                                                 for n, ok in search[trainer]["tried"])
+                     for trainer in TRAINERS)
 
 
 def summary(ranks: list) -> dict:
@@ -179,10 +211,11 @@ def report(result: dict, a) -> str:
                "CPU a step, ours / PaddleNLP", "largest loss difference"]
     if search:
         headers.append(f"largest model under prlimit --as {a.limit_mib} MiB, ours / PaddleNLP (layers)")
+    searched = "".join(f"\nProbes (layers) of {mode}: {probes(s)}." for mode, s in search.items())
     return (f"Beside PaddleNLP's Trainer ({a.nproc} gloo processes; LlamaForCausalLM, hidden {a.hidden}, "
             f"intermediate {a.intermediate}, {a.heads} heads, sequence {a.seq}, vocabulary {a.vocab}, per-device batch "
             f"{a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps):\n\n"
-            + common.markdown_table(headers, rows) + "\n")
+            + common.markdown_table(headers, rows) + "\n" + searched + ("\n" if searched else ""))
 
 
 def add_arguments(p) -> None:
