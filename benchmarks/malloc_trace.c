@@ -189,14 +189,19 @@ void *realloc(void *p, size_t n) {
     return q;
 }
 
-void *memalign(size_t a, size_t n) {
-    if (!ready) init();
-    if (inside) return real_memalign(a, n);
+/* an aligned allocation through glibc's ``real`` (memalign, aligned_alloc), counted */
+static void *aligned(void *(*real)(size_t, size_t), size_t a, size_t n) {
+    if (inside) return real(a, n);
     inside++;
-    void *p = real_memalign(a, n);
+    void *p = real(a, n);
     record_alloc(p, n);
     inside--;
     return p;
+}
+
+void *memalign(size_t a, size_t n) {
+    if (!ready) init();
+    return aligned(real_memalign, a, n);
 }
 
 int posix_memalign(void **out, size_t a, size_t n) {
@@ -211,12 +216,7 @@ int posix_memalign(void **out, size_t a, size_t n) {
 
 void *aligned_alloc(size_t a, size_t n) {
     if (!ready) init();
-    if (inside) return real_aligned_alloc(a, n);
-    inside++;
-    void *p = real_aligned_alloc(a, n);
-    record_alloc(p, n);
-    inside--;
-    return p;
+    return aligned(real_aligned_alloc, a, n);
 }
 
 static void write_array(FILE *f, const char *name, const uint64_t *v) {
