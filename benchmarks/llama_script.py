@@ -79,11 +79,23 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
+def trace_mark():
+    """``benchmarks/malloc_trace.c``'s mark under ``benchmarks/malloc_trace.py`` (LD_PRELOAD), else a no-op."""
+    if not os.environ.get("MALLOC_TRACE_OUT"):
+        return lambda label: None
+    import ctypes
+
+    mark = ctypes.CDLL(None).malloc_trace_mark
+    mark.argtypes = [ctypes.c_char_p]
+    return lambda label: mark(label.encode())
+
+
 class Measure(TrainerCallback):
     def __init__(self, path):
         self.path, self.cpu, self.rss = path, [], []
         self._start = time.process_time()
         self.begin = {}
+        self.mark = trace_mark()
 
     def on_train_begin(self, args, state, control, **kwargs):
         import threading
@@ -92,7 +104,14 @@ class Measure(TrainerCallback):
                       **mallinfo()}
 
     def on_step_begin(self, args, state, control, **kwargs):
+        self.mark(f"before step {state.global_step + 1}")  # the logging and callbacks after the last step end here
         self._start = time.process_time()
+
+    def on_optimizer_begin(self, args, state, control, **kwargs):
+        self.mark(f"forward, backward, gradient sync {state.global_step + 1}")
+
+    def on_optimizer_end(self, args, state, control, **kwargs):
+        self.mark(f"clip, optimizer step, clear_grad {state.global_step + 1}")
 
     def on_step_end(self, args, state, control, **kwargs):
         self.cpu.append(time.process_time() - self._start)

@@ -33,6 +33,7 @@ Run::
     python -m benchmarks memory --full                   # hidden 768, 12 layers, 12 heads (ERNIE base)
     python -m benchmarks memory --find-largest --modes dp,stage3+recompute
     python -m benchmarks memory --against-paddlenlp --find-largest   # beside PaddleNLP's Trainer (memory_beside)
+    python -m benchmarks memory --against-paddlenlp --modes recompute --repeat 5 --malloc-trace /tmp/trace
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ decoder layers that train ``--probe-steps`` steps with every process of the laun
 --limit-mib`` (the same doubling-then-bisection search for both trainers; a probe that fails or outlives
 ``--probe-timeout`` does not fit).
 
+A rank's peak resident set moves by 10-35 MiB from one run of the same trainer to the next (other threads'
+allocations land at moments the scheduler decides and move where the training's blocks go): ``--repeat N`` runs
+each trainer N times, alternating, and gives the medians and ranges. ``--malloc-trace DIR`` runs the table under
+``benchmarks/malloc_trace.c`` and prints both trainers' allocations side by side, per step event. A probe of the
+search that fails for a reason other than memory (its logs name none) is launched again, never read as "does not
+fit" silently.
+
 PaddleNLP's default ``report_to`` (VisualDL) crashes here (issue 39), so both run with ``--report_to none``.
 """
 
@@ -29,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks import common
+from benchmarks import common, malloc_trace
 
 SCRIPT = os.path.join(common.REPO, "benchmarks", "llama_script.py")
 MODES = ("dp", "stage1", "recompute", "stage1+recompute")
@@ -45,8 +52,15 @@ def mode_flags(mode: str) -> list:
         (["--recompute", "true"] if "recompute" in parts else [])
 
 
-def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800):
-    """One launch; the ranks' measurements, or None when it failed (under a limit: it did not fit)."""
+#: what a rank's log says when the address-space limit stopped it (paddle's allocator, glibc, a thread's stack)
+OUT_OF_MEMORY = ("MemoryError", "ResourceExhausted", "Cannot allocate memory", "std::bad_alloc",
+                 "can't start new thread", "Resource temporarily unavailable")
+
+
+def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0, timeout: float = 1800,
+        env_extra: dict | None = None, why: list | None = None):
+    """One launch; the ranks' measurements, or None when it failed under a limit (then ``why`` gets "out of memory",
+    "timed out" or the failure's last lines: a launch can fail for another reason, a port taken on a busy machine)."""
     tmp = tempfile.mkdtemp(prefix=f"bench-beside-{trainer}-")
     try:
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
@@ -63,17 +77,21 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
             cmd = [PRLIMIT, f"--as={limit_mib * 2**20}", "--"] + cmd
         threads = str(max(1, (os.cpu_count() or 1) // a.nproc))
         env = common.child_env({"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads),
-                                "LLAMA_SCRIPT_TRAINER": trainer})
+                                "LLAMA_SCRIPT_TRAINER": trainer, **(env_extra or {})})
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_tree(proc)
+            (why if why is not None else []).append("timed out")
             return None
         files = [os.path.join(tmp, "out", f"measure-rank{r}.json") for r in range(a.nproc)]
         if proc.returncode != 0 or not all(os.path.exists(f) for f in files):
+            text = out + common.launch_logs(os.path.join(tmp, "log"))
             if limit_mib:
+                oom = any(mark in text for mark in OUT_OF_MEMORY)
+                (why if why is not None else []).append("out of memory" if oom else text[-3000:])
                 return None
             raise common.BenchmarkError(f"{trainer} {mode} failed ({proc.returncode}): {' '.join(cmd)}\n"
                                         f"{out[-1500:]}{common.launch_logs(os.path.join(tmp, 'log'))}")
@@ -99,21 +117,43 @@ def kill_tree(proc) -> None:
     proc.communicate()
 
 
-def largest(a, trainer: str, mode: str, log) -> dict:
-    """Double the layers until a probe fails, then bisect to one layer."""
-    fits, fails, tried, layers = 0, None, [], a.start_layers
+def largest(a, trainer: str, mode: str, log, attempts: int = 3) -> dict:
+    """Double the layers until a probe fails, then bisect to one layer. A probe that fails for a reason other than
+    memory (its logs name none) is launched again, ``attempts`` in all; if it never trains, it counts as not fitting,
+    and ``failures`` keeps its last lines."""
+    fits, fails, tried, failures, layers = 0, None, [], {}, a.start_layers
     while fails is None or fails - fits > 1:
         if fails is None and layers > a.max_layers:
             break
-        ok = run(a, trainer, mode, layers, a.probe_steps, a.limit_mib, timeout=a.probe_timeout) is not None
+        why: list = []
+        for _ in range(attempts):
+            ok = run(a, trainer, mode, layers, a.probe_steps, a.limit_mib, timeout=a.probe_timeout, why=why) is not None
+            if ok or why[-1] in ("out of memory", "timed out"):
+                break
+            log(f"  {trainer} {mode}: {layers} layers failed, not for memory: launched again\n{why[-1][-600:]}")
+        if not ok and why[-1] not in ("out of memory", "timed out"):
+            failures[layers] = why[-1]
         tried.append((layers, ok))
-        log(f"  {trainer} {mode}: {layers} layers {'trains' if ok else 'does not fit'}")
+        log(f"  {trainer} {mode}: {layers} layers " + ("trains" if ok else f"does not fit ({reason(why[-1])})"))
         if ok:
             fits = layers
         else:
             fails = layers
         layers = layers * 2 if fails is None else (fits + fails) // 2
-    return {"trainer": trainer, "mode": mode, "layers": fits, "tried": tried, "capped": fails is None}
+    return {"trainer": trainer, "mode": mode, "layers": fits, "tried": tried, "capped": fails is None,
+            "failures": failures}
+
+
+def reason(why: str) -> str:
+    return why if why in ("out of memory", "timed out") else "failed, not for memory"
+
+
+def probes(search: dict) -> str:
+    """``4 ✓, 8 ✗ (out of memory), ...`` for each trainer of one mode's search."""
+    return "; ".join(f"{trainer}: " + ", ".join(f"{n} {'✓' if ok else '✗'}" + (" (failed, not for memory)" if n in
+                                                 search[trainer].get("failures", {}) else "")
+                                                 for n, ok in search[trainer]["tried"])
+                     for trainer in TRAINERS)
 
 
 def summary(ranks: list) -> dict:
@@ -124,18 +164,27 @@ def summary(ranks: list) -> dict:
 
 
 def measure(a, log) -> dict:
-    """The table's runs (each mode: PaddleNLP's, then ours) and, asked for, the largest-model search."""
+    """The table's runs (each mode: PaddleNLP's, then ours, ``--repeat`` times) and, asked for, the largest-model
+    search. A repeated row gives each figure's median over the runs, and every run's peaks."""
     table, search = [], []
     for mode in common.split_list(a.modes):
         mode_flags(mode)
         row = {"mode": mode}
-        for trainer in () if a.no_table else TRAINERS:
-            ranks = run(a, trainer, mode, a.layers, a.steps)
-            row[trainer] = {"ranks": ranks, **summary(ranks)}
-            log(f"  {mode} {trainer}: peak RSS {row[trainer]['peak_rss_mb']:.0f} MiB, "
-                f"address space {row[trainer]['peak_vm_mb']:.0f} MiB")
+        runs: dict = {t: [] for t in TRAINERS}
+        for attempt in range(0 if a.no_table else a.repeat):
+            for trainer in TRAINERS:
+                env = malloc_trace.preload(a.malloc_trace, f"{mode}-{trainer}-{attempt}") if a.malloc_trace else None
+                ranks = run(a, trainer, mode, a.layers, a.steps, env_extra=env)
+                runs[trainer].append({"ranks": ranks, **summary(ranks)})
+                log(f"  {mode} {trainer}: peak RSS {runs[trainer][-1]['peak_rss_mb']:.0f} MiB, "
+                    f"address space {runs[trainer][-1]['peak_vm_mb']:.0f} MiB")
         if not a.no_table:
+            for trainer in TRAINERS:
+                row[trainer] = {**runs[trainer][0], "runs": runs[trainer], **{
+                    key: common.median(r[key] for r in runs[trainer]) for key in ("peak_rss_mb", "peak_vm_mb", "step_cpu_s")}}
             table.append(row)
+            if a.malloc_trace:
+                log(malloc_trace.side_by_side(a.malloc_trace, f"{mode}-paddlenlp-0", f"{mode}-ours-0"))
         if a.find_largest:
             found = {t: largest(a, t, mode, log) for t in TRAINERS}
             search.append({"mode": mode, **found})
@@ -153,6 +202,9 @@ def report(result: dict, a) -> str:
         theirs, ours = r["paddlenlp"], r["ours"]
         drift = max((abs(x - y) for x, y in zip(theirs["losses"], ours["losses"])), default=float("nan"))
         rss = f"{ours['peak_rss_mb']:.0f} / {theirs['peak_rss_mb']:.0f} ({ours['peak_rss_mb'] / theirs['peak_rss_mb']:.3f})"
+        if len(ours["runs"]) > 1:
+            rss += " [" + " / ".join("–".join(f"{f(x['peak_rss_mb'] for x in t['runs']):.0f}" for f in (min, max))
+                                     for t in (ours, theirs)) + "]"
         row = [r["mode"], rss,
                f"{ours['peak_vm_mb']:.0f} / {theirs['peak_vm_mb']:.0f}",
                common.fmt(ours["step_cpu_s"] / theirs["step_cpu_s"], 3), f"{drift:.1e}"]
@@ -161,14 +213,16 @@ def report(result: dict, a) -> str:
             row.append(f"{s['ours']['layers']} / {s['paddlenlp']['layers']}"
                        + (" (cap)" if s["ours"]["capped"] or s["paddlenlp"]["capped"] else ""))
         rows.append(row)
-    headers = ["mode", "peak RSS a rank, ours / PaddleNLP (MiB)", "peak address space a rank, ours / PaddleNLP (MiB)",
+    runs = f"median of {a.repeat} runs [each trainer's range]" if a.repeat > 1 else "one run"
+    headers = ["mode", f"peak RSS a rank, ours / PaddleNLP (MiB; {runs})", "peak address space a rank, ours / PaddleNLP (MiB)",
                "CPU a step, ours / PaddleNLP", "largest loss difference"]
     if search:
         headers.append(f"largest model under prlimit --as {a.limit_mib} MiB, ours / PaddleNLP (layers)")
+    searched = "".join(f"\nProbes (layers) of {mode}: {probes(s)}." for mode, s in search.items())
     return (f"Beside PaddleNLP's Trainer ({a.nproc} gloo processes; LlamaForCausalLM, hidden {a.hidden}, "
             f"intermediate {a.intermediate}, {a.heads} heads, sequence {a.seq}, vocabulary {a.vocab}, per-device batch "
             f"{a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps):\n\n"
-            + common.markdown_table(headers, rows) + "\n")
+            + common.markdown_table(headers, rows) + "\n" + searched + ("\n" if searched else ""))
 
 
 def add_arguments(p) -> None:
@@ -178,6 +232,12 @@ def add_arguments(p) -> None:
                    + "; the options not given then default to issue 41's Llama: hidden 512, 10 layers, 8 heads, "
                    "sequence 128, vocabulary 8000, per-device batch 2, 6 steps, --limit-mib 3072, 3 probe steps")
     g.add_argument("--intermediate", type=int, default=1376, help="Llama feed-forward size (with --against-paddlenlp)")
+    g.add_argument("--repeat", type=int, default=1,
+                   help="runs of each trainer per mode, alternating (with --against-paddlenlp; default 1): the table "
+                   "gives the medians and each trainer's range of peak RSS (a rank's peak varies by ~2%% from run to run)")
+    g.add_argument("--malloc-trace", metavar="DIR",
+                   help="run the table's runs under benchmarks/malloc_trace.c (LD_PRELOAD; needs a C compiler), its "
+                   "files in DIR, and print each mode's first runs side by side, per step event")
 
 
 def beside_defaults(a, given) -> None:
