@@ -1,8 +1,12 @@
-"""Trainer: the data-parallel training loop, evaluation and prediction.
+"""Trainer: the training loop, evaluation and prediction, on one process or many.
 
 The loop announces events (``trainer.events``); everything optional is a
 callback. A step reads top to bottom in :meth:`Trainer._train_step`; the
-details (accumulation, clipping, logging reductions) sit in small helpers.
+details (accumulation, clipping, logging reductions) sit in small helpers, and
+whole concerns in modules of their own: the model's layout over ranks, applied
+once before the loop (``trainer.parallel``: data parallel, sharding, tensor and
+pipeline parallel alike), the optimizer and its schedule (``trainer.optim``),
+reading and summing the loss (``trainer.loss``).
 
 Hot-path rule: between logging intervals nothing here copies a tensor to the
 host. The loss is summed on the device and reduced across ranks only when
@@ -43,16 +47,16 @@ from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalS
 from .data import iterable
 from .data.loader import end_cut_start, killed_worker_of, live_children, killed_workers, worker_killed
 from .data.batch import batch_size, labels_of
-from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
+from .errors import ConfigError, DataError, Preempted, TrainerError, option
 from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
-from .loss_window import LossWindow
+from .loss import LossWindow, accepts_return_outputs, backward, check_loss, forward, loss_from_outputs, loss_of
 from .memory_stats import peak_memory_record
+from .optim.optimizer import build_optimizer, peak_lr
 from .parallel import Layout
 from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
@@ -228,39 +232,17 @@ class Trainer(PaddleNLPAPI):
     def create_optimizer(self) -> paddle.optimizer.Optimizer:
         """``args.optim`` over the model's parameters; weight decay only on
         parameters with 2+ dims (matrices, embeddings, kernels), never on biases
-        and norm weights. Uses ``self.lr_scheduler`` as its learning rate."""
-        a = self.args
-        lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
+        and norm weights (the recipe's choice). Uses ``self.lr_scheduler`` as its learning rate
+        (``trainer.optim.optimizer``)."""
         params = [p for p in self.model.parameters() if not p.stop_gradient]
-        decay_names = self.recipe.decay_names(self.model, params)
-        clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
-        if a.optim == "adamw":
-            return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
-                                          beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
-                                          apply_decay_param_fun=lambda name: name in decay_names, grad_clip=clip)
-        groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
-                  {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
-        groups = [g for g in groups if g["params"]]
-        if clip is not None:  # paddle clips each parameter group by its own norm: one group keeps the norm global
-            if a.weight_decay:
-                raise ConfigError(f"optim={a.optim} with weight_decay and max_grad_norm under {self.layout.summary()}: "
-                                  "paddle's optimizer would clip its decayed and undecayed parameters by two norms; "
-                                  f"use {option('optim', 'adamw')}, or {option('weight_decay', 0.0)}")
-            groups = params
-        if a.optim == "momentum":
-            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups, grad_clip=clip)
-        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
+        lr = self.lr_scheduler if self.lr_scheduler is not None else peak_lr(self.args, self.state.global_batch_size)
+        clip = optimizer_grad_clip(self.layout, self.args.max_grad_norm)  # sharding: paddle clips inside the step
+        return build_optimizer(self.args, lr, params, self.recipe.decay_names(self.model, params), clip,
+                               self.layout.summary())
 
     def create_lr_scheduler(self, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.optim.schedules``; PaddleNLP's under its arguments)."""
         return self.recipe.lr_scheduler(self, total_steps)
-
-    def _peak_lr(self) -> float:
-        """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
-        a = self.args
-        if a.scale_lr_by_batch:
-            return a.learning_rate * self.state.global_batch_size / a.scale_lr_by_batch
-        return a.learning_rate
 
     def compute_loss(self, model: paddle.nn.Layer, batch: Any, return_outputs: bool = False):
         """The loss of one micro-batch, in training and in evaluation (``eval_loss``
@@ -276,24 +258,13 @@ class Trainer(PaddleNLPAPI):
         ``(loss, outputs)``, the outputs holding the predictions; the loss may then
         be None when the outputs hold none and there is no ``loss_fn``. An override
         without ``return_outputs`` still works: evaluation then runs the model a
-        second time for the predictions.
+        second time for the predictions. The readers are ``trainer.loss``'s.
         """
-        outputs, labels = self._forward(model, batch)
+        outputs, labels = forward(model, batch, self.args.label_names, self.loss_fn)
         if self.loss_fn is not None:
-            if labels is None:
-                raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
-            dtype_error = label_dtype_error(self.loss_fn, labels)
-            if dtype_error is not None:
-                raise dtype_error
-            try:
-                loss = self.loss_fn(outputs, labels)
-            except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
-                error = label_error(outputs, labels, self._current_batch_indices())
-                if error is None:
-                    raise
-                raise error from exc
+            loss = loss_of(self.loss_fn, outputs, labels, self._current_batch_indices())
         else:
-            loss = _loss_from_outputs(outputs, required=not return_outputs)
+            loss = loss_from_outputs(outputs, required=not return_outputs)
         return (loss, outputs) if return_outputs else loss
 
     def _current_batch_indices(self):
@@ -303,39 +274,18 @@ class Trainer(PaddleNLPAPI):
         k = self.args.gradient_accumulation_steps
         return self._train_sampler.batch_indices(self.state.step_in_epoch * k + self.state.micro_step)
 
-    def _forward(self, model, batch):
-        """Run the model on a batch; return (outputs, labels or None)."""
-        if isinstance(batch, Mapping):  # dict, paddlenlp BatchEncoding, ...: keyword arguments
-            keys = self.args.label_names or ["labels"]
-            labels = labels_of(batch, keys)
-            if self.loss_fn is not None and labels is not None:
-                return model(**{k: v for k, v in batch.items() if k not in keys}), labels
-            return model(**batch), labels
-        if isinstance(batch, (list, tuple)):
-            if len(batch) == 1:
-                return model(batch[0]), None
-            return model(*batch[:-1]), batch[-1]
-        return model(batch), None
-
     def training_step(self, model: paddle.nn.Layer, batch: Any) -> paddle.Tensor:
         """Forward (inside the callbacks' contexts), backward; returns the detached loss."""
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
-        _check_loss(loss)
+        check_loss(loss)
         n = self.state.num_micro_batches
         if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
             self.state.loss = loss * (self.loss_share / n)
         else:
             self.state.loss = loss / n if n > 1 else loss
         self.fire(Event.BACKWARD_BEGIN)
-        try:
-            self.state.loss.backward()
-        except (OSError, RuntimeError) as exc:  # a loss inside the model with float class labels: say so in one line
-            error = backward_dtype_error(exc, labels_of(batch, self.args.label_names or ["labels"])
-                                         if isinstance(batch, Mapping) else (batch[-1] if isinstance(batch, (list, tuple)) else None))
-            if error is None:
-                raise
-            raise error from None
+        backward(self.state.loss, batch, self.args.label_names)  # float class labels: a DataError of one line
         self.fire(Event.BACKWARD_END)
         # the graph's nodes (~1,800 small host blocks for a 10-layer Llama) die here, not after the next forward:
         # kept to then, they sit among the next step's activations and fragment the heap (issue 41)
@@ -350,13 +300,13 @@ class Trainer(PaddleNLPAPI):
         labels = labels_of(batch, self.args.label_names or ["labels"])
         with self.callbacks.forward_context(self):
             if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
-                outputs, _ = self._forward(model, batch)
-                return _loss_from_outputs(outputs, required=False), logits_from_outputs(outputs), None
-            if _accepts_return_outputs(self.compute_loss):
+                outputs, _ = forward(model, batch, self.args.label_names, self.loss_fn)
+                return loss_from_outputs(outputs, required=False), logits_from_outputs(outputs), None
+            if accepts_return_outputs(self.compute_loss):
                 loss, outputs = self.compute_loss(model, batch, return_outputs=True)
             else:  # an override written compute_loss(model, batch): its loss, then the outputs
                 loss = self.compute_loss(model, batch)
-                outputs, _ = self._forward(model, batch)
+                outputs, _ = forward(model, batch, self.args.label_names, self.loss_fn)
         return loss, logits_from_outputs(outputs), labels
 
     # ---- fit ------------------------------------------------------------------
@@ -779,36 +729,3 @@ def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) 
     return {"train_runtime": round(runtime, 4),
             "train_samples_per_second": round((state.samples_seen - samples0) / runtime, 4),
             "train_steps_per_second": round((state.global_step - steps0) / runtime, 4)}
-
-
-def _check_loss(loss: Any) -> None:
-    if not isinstance(loss, paddle.Tensor):
-        raise TrainingError(f"compute_loss returned {type(loss).__name__}, not a paddle.Tensor: return the loss tensor")
-    if math.prod(loss.shape) != 1:  # from the shape: Tensor.size is a paddle call, and this runs every step
-        raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
-                            "reduce it (e.g. loss.mean())")
-
-
-def _accepts_return_outputs(method) -> bool:
-    import inspect
-
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-    return "return_outputs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _loss_from_outputs(outputs: Any, required: bool = True):
-    if isinstance(outputs, paddle.Tensor):
-        return outputs if outputs.size == 1 or required else None
-    if isinstance(outputs, dict) and "loss" in outputs:
-        return outputs["loss"]
-    if hasattr(outputs, "loss") and getattr(outputs, "loss") is not None:
-        return outputs.loss
-    if isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], paddle.Tensor) and outputs[0].size == 1:
-        return outputs[0]
-    if not required:
-        return None
-    raise TrainingError("the model's output holds no loss and no loss_fn was given: "
-                        "pass Trainer(loss_fn=...) or return the loss from the model")

@@ -32,8 +32,8 @@ import paddle
 from paddle.distributed import fleet
 
 from .. import distributed as dist
-from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
+from ..optim.clipping import clip_grad_norm
 from .grad_sync import GradSync
 from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model

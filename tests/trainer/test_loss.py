@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from trainer.loss_window import LossWindow
+from trainer.loss import LossWindow
 
 
 def sequential(start, losses):
