@@ -87,9 +87,9 @@ def forward(model, batch, label_names: Optional[Sequence[str]], loss_fn: Optiona
     return model(batch), None
 
 
-def loss_of(loss_fn: Callable, outputs, labels, batch_indices: Optional[Sequence[int]]) -> paddle.Tensor:
+def loss_of(loss_fn: Callable, outputs, labels, batch_indices: Callable[[], Optional[Sequence[int]]]) -> paddle.Tensor:
     """``loss_fn(outputs, labels)``; missing labels, float class labels and labels outside the classes are a
-    :class:`DataError` naming the batch's samples (``batch_indices``: None outside training)."""
+    :class:`DataError` naming the batch's samples (``batch_indices()``, asked only then: None outside training)."""
     if labels is None:
         raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
     dtype_error = label_dtype_error(loss_fn, labels)
@@ -98,7 +98,7 @@ def loss_of(loss_fn: Callable, outputs, labels, batch_indices: Optional[Sequence
     try:
         return loss_fn(outputs, labels)
     except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
-        error = label_error(outputs, labels, batch_indices)
+        error = label_error(outputs, labels, batch_indices())
         if error is None:
             raise
         raise error from exc

@@ -27,6 +27,7 @@ import paddle
 
 from callbacks.base import Callback, CallbackList
 from callbacks.defaults import callback_set
+from callbacks.iterable_dataset_state import IterableDatasetState
 
 from . import distributed as dist
 from .args import TrainingArguments
@@ -184,8 +185,9 @@ class Trainer(PaddleNLPAPI):
 
     # ---- overridable building blocks -----------------------------------------
     def get_train_dataloader(self) -> paddle.io.DataLoader:
-        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.iterable)
+        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.data.iterable)
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
+            IterableDatasetState.track(self, self._train_sampler)  # its position in checkpoints, when it has state
             return self._train_sampler
         n = dataset_length(self.train_dataset, "training")
         self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
@@ -262,7 +264,7 @@ class Trainer(PaddleNLPAPI):
         """
         outputs, labels = forward(model, batch, self.args.label_names, self.loss_fn)
         if self.loss_fn is not None:
-            loss = loss_of(self.loss_fn, outputs, labels, self._current_batch_indices())
+            loss = loss_of(self.loss_fn, outputs, labels, self._current_batch_indices)
         else:
             loss = loss_from_outputs(outputs, required=not return_outputs)
         return (loss, outputs) if return_outputs else loss

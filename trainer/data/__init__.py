@@ -12,12 +12,12 @@ assembled itself (``batch``: ``AssembledBatch``, handed on without being collate
 again, its arrays from ``batch_array``, in a worker the batch's slot).
 
 May import: ``trainer.errors``, ``trainer.process`` (DataLoader workers die with
-the training process) and ``callbacks.base`` (a stream's position travels in
-checkpoints as a callback's state); never the loop, checkpoints, the launcher or
-the commands.
+the training process); never the loop, callbacks (a stream's position travels in
+checkpoints through ``callbacks.iterable_dataset_state``, which imports this room),
+checkpoints, the launcher or the commands.
 
 Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.checkpoint.resume``
-(the training set's length), tasks that bring their own sampler
+(the training set's length), ``callbacks.iterable_dataset_state`` (a stream's position), tasks that bring their own sampler
 (``models.ernie.batching``) or build their own batches (``models.resnet.turbo``).
 """
 
