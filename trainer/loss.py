@@ -3,7 +3,8 @@
 Reading (``Trainer.compute_loss``, ``training_step`` and ``evaluation_step`` delegate here): :func:`forward`
 runs the model on a batch and finds its labels (a mapping's ``labels`` key, or ``label_names``; a
 sequence's last item); :func:`loss_of` applies ``loss_fn`` to the outputs, or :func:`loss_from_outputs`
-finds the loss the model returned. A bad batch gets one line naming the sample and the fix
+finds the loss the model returned; :func:`eval_loss` is evaluation's loss and outputs, and
+:func:`micro_batch_share` the part of a step's loss one micro-batch backpropagates. A bad batch gets one line naming the sample and the fix
 (``trainer.data.batch_errors``: labels outside the classes, float class labels), never paddle's kernel
 error; :func:`check_loss` refuses a loss that is not a scalar tensor.
 
@@ -121,6 +122,20 @@ def loss_from_outputs(outputs: Any, required: bool = True):
                         "pass Trainer(loss_fn=...) or return the loss from the model")
 
 
+def eval_loss(compute_loss: Callable, model, batch, labels, label_names: Optional[Sequence[str]],
+              loss_fn: Optional[Callable]):
+    """Evaluation's ``(loss or None, outputs)`` of a batch: ``compute_loss``'s loss, the one training minimizes, with
+    ``return_outputs=True`` (an override written without it: its loss, then the model run again for the outputs);
+    unlabelled data (``labels`` None) with a ``loss_fn``: the outputs, and a loss only when the model returned one."""
+    if labels is None and loss_fn is not None:
+        outputs, _ = forward(model, batch, label_names, loss_fn)
+        return loss_from_outputs(outputs, required=False), outputs
+    if accepts_return_outputs(compute_loss):
+        return compute_loss(model, batch, return_outputs=True)
+    loss = compute_loss(model, batch)
+    return loss, forward(model, batch, label_names, loss_fn)[0]
+
+
 def check_loss(loss: Any) -> None:
     """A scalar ``paddle.Tensor``, or a :class:`TrainingError` saying what ``compute_loss`` returned instead."""
     if not isinstance(loss, paddle.Tensor):
@@ -128,6 +143,14 @@ def check_loss(loss: Any) -> None:
     if math.prod(loss.shape) != 1:  # from the shape: Tensor.size is a paddle call, and this runs every step
         raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
                             "reduce it (e.g. loss.mean())")
+
+
+def micro_batch_share(loss: paddle.Tensor, share: float, n: int) -> paddle.Tensor:
+    """The micro-batch's part of its step's loss, the one backward runs on: ``1/n`` of it over ``n`` micro-batches,
+    weighted by its ``share`` of a data batch that ``auto_find_batch_size`` cut (``trainer.auto_batch``)."""
+    if share != 1.0:
+        return loss * (share / n)
+    return loss / n if n > 1 else loss
 
 
 def backward(loss: paddle.Tensor, batch, label_names: Optional[Sequence[str]]) -> None:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
-import numpy as np
 import paddle
 
 from callbacks.base import Callback, CallbackList
@@ -43,19 +42,20 @@ from .checkpoint.snapshot import snapshot
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import PredictionOutput
-from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
-                   close_iterator, dataset_length, make_loader, shutdown_workers)
+from .data import ResumableDistributedBatchSampler, SeededDataset, shutdown_workers
 from .data import iterable
-from .data.loader import end_cut_start, killed_worker_of, live_children, killed_workers, worker_killed
+from .data.loader import (epoch_iterator, epoch_of, eval_loader, killed_worker_of, next_batch, train_loader,
+                          worker_killed)
 from .data.batch import batch_size, labels_of
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, Preempted, TrainerError, option
+from .errors import ConfigError, Preempted, TrainerError
 from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
-from .loss import LossWindow, accepts_return_outputs, backward, check_loss, forward, loss_from_outputs, loss_of
+from .loss import (LossWindow, backward, check_loss, eval_loss, forward, loss_from_outputs, loss_of,
+                   micro_batch_share)
 from .memory_stats import peak_memory_record
 from .optim.optimizer import build_optimizer, peak_lr
 from .parallel import Layout
@@ -189,35 +189,20 @@ class Trainer(PaddleNLPAPI):
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
             IterableDatasetState.track(self, self._train_sampler)  # its position in checkpoints, when it has state
             return self._train_sampler
-        n = dataset_length(self.train_dataset, "training")
-        self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
-        if self._train_sampler.batches_per_epoch() == 0:
-            raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
-                            f"dataloader_drop_last: lower per_device_train_batch_size or set "
-                            f"{option('dataloader_drop_last', False)}")
-        dataset = self.train_dataset
-        if self.args.dataloader_num_workers > 0:
-            # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
-            dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
-        return make_loader(dataset, self._train_sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
-                           persistent_workers=self._persistent_workers())
+        # the order: ours, or PaddleNLP's (trainer.recipe); workers seeded per sample (trainer.data.loader)
+        self._train_sampler, self._seeded_train, loader = train_loader(
+            self, collate_for(self.model, self.args, self.collate_fn), self._persistent_workers())
+        return loader
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
         if iterable.is_iterable(dataset):
             return iterable.eval_batches(self, dataset, collate_for(self.model, self.args, self.collate_fn))
-        n = dataset_length(dataset, "evaluation")
-        readers = self.layout.data_world_size  # ranks of one tensor/pipeline-parallel group read the same batches
-        if n < readers:
-            raise DataError(f"the evaluation dataset has {n} samples, fewer than the {readers} processes: "
-                            "give more samples or run with fewer processes")
         persistent = self._persistent_workers()  # one set of workers for every evaluation of this dataset in fit()
         if persistent and self._eval_loaders.get(id(dataset), (None,))[0] is dataset:
             return self._eval_loaders[id(dataset)][1]
-        sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, readers, self.layout.data_rank)
-        loader = make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
-                             self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
-                             persistent_workers=persistent)
+        # the ranks of one tensor/pipeline-parallel group read the same batches
+        loader = eval_loader(dataset, collate_for(self.model, self.args, self.collate_fn), self.args,
+                             self.layout.data_world_size, self.layout.data_rank, persistent)
         if persistent:
             self._eval_loaders[id(dataset)] = (dataset, loader)
         return loader
@@ -281,11 +266,7 @@ class Trainer(PaddleNLPAPI):
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
         check_loss(loss)
-        n = self.state.num_micro_batches
-        if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
-            self.state.loss = loss * (self.loss_share / n)
-        else:
-            self.state.loss = loss / n if n > 1 else loss
+        self.state.loss = micro_batch_share(loss, self.loss_share, self.state.num_micro_batches)
         self.fire(Event.BACKWARD_BEGIN)
         backward(self.state.loss, batch, self.args.label_names)  # float class labels: a DataError of one line
         self.fire(Event.BACKWARD_END)
@@ -301,14 +282,7 @@ class Trainer(PaddleNLPAPI):
         without labels and a ``loss_fn`` gives predictions only."""
         labels = labels_of(batch, self.args.label_names or ["labels"])
         with self.callbacks.forward_context(self):
-            if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
-                outputs, _ = forward(model, batch, self.args.label_names, self.loss_fn)
-                return loss_from_outputs(outputs, required=False), logits_from_outputs(outputs), None
-            if accepts_return_outputs(self.compute_loss):
-                loss, outputs = self.compute_loss(model, batch, return_outputs=True)
-            else:  # an override written compute_loss(model, batch): its loss, then the outputs
-                loss = self.compute_loss(model, batch)
-                outputs, _ = forward(model, batch, self.args.label_names, self.loss_fn)
+            loss, outputs = eval_loss(self.compute_loss, model, batch, labels, self.args.label_names, self.loss_fn)
         return loss, logits_from_outputs(outputs), labels
 
     # ---- fit ------------------------------------------------------------------
@@ -436,18 +410,9 @@ class Trainer(PaddleNLPAPI):
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
-            batches = self._epoch_batches = _iterate(loader)
-            try:
-                try:
-                    self._train_epoch(batches)
-                finally:
-                    close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
-            except Exception as exc:  # paddle's SIGCHLD handler raises a SystemError wherever the main thread is
-                killed = killed_worker_of(exc)
-                if killed is None:
-                    raise
-                abandon_iterator(batches)
-                raise worker_killed(*killed) from None
+            batches = self._epoch_batches = epoch_iterator(loader)  # numpy's RNG left as it was
+            with epoch_of(batches):  # its DataLoader workers end with the epoch, or with a stop/failure
+                self._train_epoch(batches)
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
                 state.epoch = epoch + 1
                 state.step_in_epoch = 0
@@ -500,20 +465,7 @@ class Trainer(PaddleNLPAPI):
 
     def _next_batch(self, batches):
         start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            raise DataError("the training dataloader ran out of batches before the epoch's last step: "
-                            "a custom get_train_dataloader must yield the sampler's batches") from None
-        except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
-            if "Blocking queue is killed" not in str(exc):
-                raise
-            killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
-            abandon_iterator(batches)
-            if killed:
-                raise worker_killed(*killed[0]) from None
-            raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
-                            f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
+        batch = next_batch(batches)  # a dry loader, a failed or killed worker: one line (trainer.data.loader)
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
@@ -704,21 +656,6 @@ class Trainer(PaddleNLPAPI):
 
 
 # ---- small helpers ------------------------------------------------------------
-def _iterate(loader):
-    """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
-    workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one
-    iterator more than the uninterrupted run, which would shift every later numpy draw. The base seed
-    is unused here: SeededDataset seeds each sample from (seed, epoch, index)."""
-    saved, before = np.random.get_state(), live_children()
-    try:
-        return iter(loader)
-    except BaseException as exc:  # e.g. a dead worker's signal inside the start of this iterator: no one has it
-        end_cut_start(exc, before)
-        raise
-    finally:
-        np.random.set_state(saved)
-
-
 def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
