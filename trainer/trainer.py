@@ -660,8 +660,6 @@ def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
 
 
-
-
 def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) -> dict:
     """PaddleNLP's (and Hugging Face's) names for a fit()'s speed: the one set, in state, results.json and train()."""
     runtime = max(time.time() - start, 1e-9)
