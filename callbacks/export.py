@@ -4,8 +4,8 @@ Events: ``on_fit_end`` (when ``state.status`` is ``completed`` or ``stopped``;
 a failed run exports nothing). Only the main process writes; the other
 ranks do nothing, except under tensor or pipeline parallel, where every rank
 first gives its part of the weights (its slices, its stage's layers), which the
-main process exports as one single-card model (``trainer.parallel.merge``,
-``trainer.checkpoint.stages.whole_model``).
+main process exports as one single-card model (``trainer.layout.merge``,
+``trainer.layout.stages.whole_model``).
 
 What it does: ``trainer.deploy.export.export_for_trainer``: ``paddle.jit.save`` the
 model, load the files with ``paddle.inference``, run both on a sample batch and
@@ -13,7 +13,7 @@ raise ``TrainingError`` (surfacing from ``fit()`` as a CallbackError) when the
 outputs differ beyond ``rtol``/``atol``; the export is published only when it
 matches. The result (path, files, inputs, outputs, max abs difference) is
 ``self.result`` and ``PATH/export.json``. Under tensor parallel every rank first gives its slices of
-the weights, which rank 0 exports as one single-card model (``trainer.parallel.merge``).
+the weights, which rank 0 exports as one single-card model (``trainer.layout.merge``).
 
 Options:
 

@@ -96,7 +96,7 @@ class AutoBatch:
     Args:
         world_size: processes of the job; above 1 the ranks agree after every step's backward.
         per_device_batch: the data batch each rank draws (``per_device_train_batch_size``).
-        layout: the job's :class:`trainer.parallel.Layout`. Sharding stage 1 reduces gradients inside the
+        layout: the job's :class:`trainer.layout.Layout`. Sharding stage 1 reduces gradients inside the
             optimizer step, after the agreement: nothing to defer. Stages 2 and 3 reduce them inside backward
             hooks that no ``no_sync`` stops: refused on more than one process (:class:`ConfigError`). Pipeline
             parallel (paddle's schedule runs the micro-batches through the stages): refused.

@@ -14,7 +14,7 @@ asks again with the number of processes it is about to launch, before the launch
 
 Example::
 
-    >>> from trainer.parallel.layout import Layout
+    >>> from trainer.layout import Layout
     >>> cpu = Capabilities(device="cpu", compiled=())
     >>> cpu.backend, "reduce_scatter" in cpu.operations
     ('gloo', False)
@@ -212,7 +212,7 @@ def check_arguments(args, layout) -> None:
 def check_launch(args, world_size: int, gpus: Optional[str] = None) -> None:
     """:func:`check_arguments` for the ``world_size`` processes ``ptrain run`` is about to launch (on the cards
     ``gpus``, its ``--gpus`` flag)."""
-    from .parallel.layout import Layout
+    from .layout import Layout
 
     if gpus and args.device != "gpu":
         raise ConfigError(f"--gpus {gpus} needs GPUs that paddle sees; here: {probe(args.device).describe()}: drop "

@@ -58,7 +58,6 @@ from .loss import (LossWindow, backward, check_loss, eval_loss, forward, loss_fr
                    micro_batch_share)
 from .memory_stats import peak_memory_record
 from .optim.optimizer import build_optimizer, peak_lr
-from .parallel import Layout
 from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
 from .state import TrainerState
@@ -125,8 +124,9 @@ class Trainer(PaddleNLPAPI):
         # os.environ read costs microseconds, several times a step (benchmarks/RESULTS.md)
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self.state = TrainerState(world_size=self._world_size)
-        # the model's layout over ranks (trainer.parallel): which group reduces what; groups set by fit()
-        self.layout = Layout.from_args(self.args, self._world_size, self._rank)
+        # the model's layout over ranks (trainer.layout): the one the arguments planned (planned again only for a
+        # process outside a launch, whose arguments were checked on the fewest ranks the degrees ask for)
+        self.layout = self.args.layout_for(self._world_size, self._rank)
         self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
         self._step_runner = None  # Parallelized.step_runner (pipeline parallel), set with the layout
         self._grad_sync = None  # Parallelized.grad_sync: when DataParallel averages the gradients, set with the layout

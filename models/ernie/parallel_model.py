@@ -165,7 +165,7 @@ class ErnieTPForSequenceClassification(nn.Layer):
 
     def single_card_model(self) -> "ErnieTPForSequenceClassification":
         """The same architecture on one card (plain layers, whole shapes, the same parameter names): what the
-        merged weights of a tensor-parallel run load into for export (``trainer.parallel.merge``)."""
+        merged weights of a tensor-parallel run load into for export (``trainer.layout.merge``)."""
         config = copy.copy(self.config)
         config.tensor_parallel_degree = 1
         return ErnieTPForSequenceClassification(config)

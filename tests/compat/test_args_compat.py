@@ -18,7 +18,7 @@ from helpers import REPO, make_mlp
 from patience import patience
 
 from trainer import ConfigError, Trainer, TrainingArguments
-from trainer.compat import paddlenlp_fields
+from trainer.args import paddlenlp_fields
 
 GUIDE = os.path.join(REPO, "docs", "how-to", "migrate-paddlenlp.md")
 
@@ -85,6 +85,11 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     assert any("report_to autonlp" in r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage())
 
 
+#: PaddleNLP's parallel fields, TrainingArguments' own (beside sharding: the Layout plans them), with PaddleNLP's types
+PARALLEL = ("tensor_parallel_degree", "pipeline_parallel_degree", "tensor_parallel_config", "pipeline_parallel_config",
+            "hybrid_parallel_topo_order")
+
+
 def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(caplog):
     """Walk paddlenlp's dataclass: each field reads on ours; a field ours lacks an option for has PaddleNLP's
     type and default, parses with PdArgumentParser, and set to another value is named once in a warning."""
@@ -105,13 +110,15 @@ def test_every_paddlenlp_field_exists_on_ours_with_its_name_type_and_default(cap
     ours_fields, hints_ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}, typing.get_type_hints(TrainingArguments)
     ours = TrainingArguments(output_dir="x")
     only_theirs = set(TrainingArguments.no_effect_fields()) | set(paddlenlp_fields.WITH_EFFECT)
+    mixin = {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}
     for f in theirs:
         getattr(ours, f.name)  # no AttributeError
-        if f.name in only_theirs:
+        if f.name in only_theirs | set(PARALLEL):
             assert base(hints_ours[f.name]) == base(hints_theirs[f.name]), f.name
             assert default(ours_fields[f.name]) == default(f), f.name
-            assert f.name in {g.name for g in dataclasses.fields(paddlenlp_fields.PaddleNLPFields)}, f.name
-    assert len(only_theirs) >= 44  # the PaddleNLP-only fields (the parallel ones became our own: trainer.parallel)
+            assert (f.name in mixin) == (f.name in only_theirs), f.name
+    assert len(only_theirs) >= 39  # the PaddleNLP-only fields (the parallel ones are our own, beside sharding)
+    assert set(PARALLEL) <= set(ours_fields) and not set(PARALLEL) & (mixin | only_theirs)  # ours, not PaddleNLP-only
     paddlenlp_fields._warned.clear()
     with caplog.at_level(logging.WARNING, logger="trainer"):
         (parsed,) = PdArgumentParser((TrainingArguments,)).parse_args_into_dataclasses(
@@ -184,10 +191,10 @@ def test_the_migration_table_lists_every_paddlenlp_field():
     pytest.importorskip("paddlenlp")
     from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
 
-    from trainer.compat.args_convert import FIELDS
+    from trainer.args.fields_table import FIELDS
 
     names = [f.name for f in dataclasses.fields(PaddleNLPArguments)]
-    assert [n for n in names if n not in FIELDS] == [], "add these PaddleNLP fields to trainer.compat.args_convert.FIELDS"
+    assert [n for n in names if n not in FIELDS] == [], "add these PaddleNLP fields to trainer.args.fields_table.FIELDS"
     with open(GUIDE, encoding="utf-8") as f:
         guide = f.read()
     missing = [n for n in names if f"| `{n}` |" not in guide]
@@ -206,7 +213,7 @@ def test_importing_the_project_does_not_import_paddlenlp():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("module", ["trainer.args_aliases", "trainer.metric_keys", "trainer.compat.outputs",
+@pytest.mark.parametrize("module", ["trainer.args.aliases", "trainer.metric_keys", "trainer.compat.outputs",
                                     "trainer.data.columns"])
 def test_docstring_examples(module):
     import doctest
@@ -224,7 +231,7 @@ def test_the_migration_table_states_every_default_and_type_that_differs():
 
     from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
 
-    from trainer.compat.args_convert import FIELDS
+    from trainer.args.fields_table import FIELDS
     from trainer.compat.table import markdown, type_name
 
     def default(f):

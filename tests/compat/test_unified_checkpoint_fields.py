@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from trainer import ConfigError, TrainingArguments
-from trainer.compat import paddlenlp_fields
+from trainer.args import paddlenlp_fields
 
 
 def test_the_sharded_checkpoint_fields_never_warn(caplog):

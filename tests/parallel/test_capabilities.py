@@ -17,7 +17,7 @@ from patience import patience
 import trainer.capabilities as capabilities
 from trainer.capabilities import FEATURES, Capabilities, grant_for_tests, missing, where_it_runs
 from trainer.errors import ConfigError
-from trainer.parallel.layout import Layout
+from trainer.layout import Layout
 
 
 def _cpu_build() -> bool:

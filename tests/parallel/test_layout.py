@@ -8,7 +8,7 @@ import pytest
 
 from trainer import TrainingArguments
 from trainer.errors import ConfigError
-from trainer.parallel import Layout, parse_sharding
+from trainer.layout import Layout, parse_sharding
 
 
 def test_plain_data_parallel_and_each_stage_describe_themselves_as_plain_json():
@@ -81,10 +81,45 @@ def test_the_layout_module_and_trainer_args_import_no_paddle():
 
     from helpers import REPO
 
-    code = "import sys, trainer.args, trainer.parallel; print('paddle' in sys.modules)"
+    code = "import sys, trainer.args, trainer.layout, trainer.parallel; print('paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=REPO))
     assert out.stdout.strip() == "False"
+
+
+def test_the_arguments_plan_the_layout_once_and_hand_it_on(monkeypatch):
+    """One Layout per run: planned where the fields are checked, read by the *_rank properties and taken by the
+    Trainer (not re-planned); not a field, so to_dict() and the checkpoint's saved arguments do not change."""
+    import dataclasses
+
+    from helpers import make_mlp
+
+    from trainer import Trainer
+
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "1")
+    args = TrainingArguments(output_dir="x", recompute=True)
+    assert isinstance(args.layout, Layout) and args.layout is args.layout and args.layout.recompute
+    assert set(args.to_dict()) == {f.name for f in dataclasses.fields(args)}
+    assert Trainer(make_mlp(), args).layout is args.layout
+    assert args.layout_for(1, 0) is args.layout
+    # a process outside a launch checks the degrees on the fewest ranks they ask for; a Trainer there plans its own
+    # world (one process), where they do not divide: one line naming the field, as before
+    monkeypatch.delenv("PADDLE_TRAINERS_NUM")
+    outside = TrainingArguments(output_dir="x", sharding="stage1", sharding_parallel_degree=2)
+    assert outside.layout.world_size == 2 and outside.sharding_parallel_rank == 0
+    with pytest.raises(ConfigError, match="sharding_parallel_degree=2 does not divide the 1 ranks"):
+        Trainer(make_mlp(), outside)
+
+
+def test_docstring_examples_of_the_layout_room():
+    import doctest
+
+    import trainer.layout.plan
+    import trainer.layout.stages
+
+    for module in (trainer.layout.plan, trainer.layout.stages):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
 def test_sharding_parallel_config_is_checked_with_the_layout(monkeypatch):

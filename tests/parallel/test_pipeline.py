@@ -59,7 +59,8 @@ def _max_diff(a, b) -> float:
 
 @pytest.mark.parametrize("micro_batches", [2, 4])
 def test_two_stages_train_like_one_process(reference, tmp_path, micro_batches):
-    out = _two_stages(tmp_path, "pp2", accumulation=micro_batches, predict=True, export=micro_batches == 2)
+    out = _two_stages(tmp_path, "pp2", accumulation=micro_batches, predict=True, export=micro_batches == 2,
+                      train_api=micro_batches == 4)
     r0, r1 = _load(out, 0), _load(out, 1)
     assert r0["layout"]["pp_degree"] == 2 and r0["layout"]["dp_degree"] == 1 and r0["model"] == "PipelineParallel"
     assert r0["global_step"] == reference["global_step"] == STEPS
@@ -75,6 +76,10 @@ def test_two_stages_train_like_one_process(reference, tmp_path, micro_batches):
     assert _max_diff(r0["predictions"], reference["predictions"]) <= 1e-5 and r0["predictions"] == r1["predictions"]
     if micro_batches == 2:
         _check_export(r0["export"], reference["predictions"])
+    else:  # PaddleNLP's train(): training_loss is the mean step loss on every stage (the first holds none itself)
+        mean = float(np.mean(reference["losses"]))
+        assert abs(r0["training_loss"] - mean) <= 1e-6 and r0["training_loss"] == r1["training_loss"], \
+            (r0["training_loss"], r1["training_loss"], mean)
 
 
 def test_the_nan_guard_agrees_over_stages_that_hold_no_loss(reference, tmp_path):
@@ -215,7 +220,7 @@ def test_split_batch_and_one_shape_per_step():
 
 
 def test_stage_names_map_optimizer_tensors_to_the_stage():
-    from trainer.checkpoint.stages import held_optimizer_tensors
+    from trainer.layout.stages import held_optimizer_tensors
 
     tensors = {"param:ernie.pooler.dense.weight_moment1_0": 1, "param:classifier.weight_moment1_0": 2,
                "master:classifier.weight": 3, "LR": 4}
@@ -243,7 +248,7 @@ def test_a_rank_stopped_by_the_launcher_after_another_failed_is_a_restartable_fa
 def test_auto_find_batch_size_is_refused_under_pipeline_parallel_in_one_line():
     from trainer.auto_batch import AutoBatch
     from trainer.errors import ConfigError
-    from trainer.parallel.layout import Layout
+    from trainer.layout import Layout
 
     with pytest.raises(ConfigError, match="auto_find_batch_size.*pipeline_parallel_degree=2") as info:
         AutoBatch(2, 8, Layout.plan(world_size=2, pipeline_parallel_degree=2))

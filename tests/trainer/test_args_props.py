@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from trainer.compat.paddlenlp_fields import PaddleNLPFields
+from trainer.args.paddlenlp_fields import PaddleNLPFields
 from trainer.args import AMP_CHOICES, AMP_LEVELS, DATA_FINGERPRINTS, DEVICES, OPTIMIZERS, REPORTERS, SCHEDULERS, STRATEGIES
 from trainer.args import TrainingArguments, load_yaml_mapping, parse_overrides
 from trainer.errors import ConfigError
@@ -170,6 +170,12 @@ VALID = {
     "sharding": st.sampled_from(["", "stage1", "stage2", "stage3", "stage2 offload"]),
     "sharding_parallel_degree": st.sampled_from([-1, 1]),
     "sharding_parallel_config": st.just(""),
+    # one process: a degree above 1 would not divide it (test_layout.py checks them against each other)
+    "tensor_parallel_degree": st.sampled_from([-1, 1]),
+    "pipeline_parallel_degree": st.sampled_from([-1, 1]),
+    "tensor_parallel_config": st.sampled_from(["", "enable_mp_async_allreduce"]),
+    "pipeline_parallel_config": st.sampled_from(["", "enable_timer disable_batch_p2p_comm"]),
+    "hybrid_parallel_topo_order": st.sampled_from([None, "pp_first", "sharding_first"]),
     "recompute_modules": st.none() | st.lists(st.sampled_from(["layers", "encoder.layers", "blocks"]), min_size=1,
                                               unique=True),
 }
@@ -185,7 +191,7 @@ def _strategy_for(name):
     return None
 
 
-# PaddleNLP's fields without an option here (trainer.compat.paddlenlp_fields) are walked in tests/compat/test_args_compat.py
+# PaddleNLP's fields without an option here (trainer.args.paddlenlp_fields) are walked in tests/compat/test_args_compat.py
 OWN = [n for n in NAMES if n not in {f.name for f in dataclasses.fields(PaddleNLPFields)}]
 valid_args = st.fixed_dictionaries({}, optional={n: s for n in OWN if (s := _strategy_for(n)) is not None})
 TRUE_WORDS, FALSE_WORDS = ["true", "True", "yes", "1", "on", "ON"], ["false", "False", "no", "0", "off"]

@@ -4,15 +4,16 @@ Owns: the checkpoint format and its checks (``manifest``), the directory of
 checkpoints and the choice of the one to resume (``store``), what a checkpoint
 holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``; a sharded
 run's shards, every rank its own at once: ``sharded``), the sharded format that
-reshards onto any layout (``shards``: who writes what, putting tensors together;
-``slices``: sharding stage 3's sliced parameters), restoring a trainer (``load``),
+reshards onto any layout (``shards``: who writes what, putting tensors together),
+restoring a trainer (``load``),
 what may change on resume (``resume``; the training data's fingerprint: ``fingerprint``),
 and the output_dir's owner (``owner``: who a process is and whether it lives; ``lock``,
 ``output_dir``; ``fence``: the owner's generation, checked before every write that publishes a file).
 
 May import: the loop's lower modules (``trainer.errors``, ``trainer.distributed``, ``trainer.ranks``,
-``trainer.tensors``, ``trainer.data``); never the loop itself, the launcher,
-the commands or ``callbacks``.
+``trainer.tensors``, ``trainer.heap``, ``trainer.data``) and ``trainer.layout`` (what a rank holds of the whole
+model: a save writes and a resume loads what the layout answers); never the loop itself, the launcher,
+the commands or callbacks.
 
 Used by: ``trainer.Trainer`` (save, load, claim), the checkpoint, preemption and
 spike-recovery callbacks, ``trainer.launch`` (is there a checkpoint to resume)

@@ -9,12 +9,12 @@ import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
+from ..layout.slices import sliced_optimizer_state, split_parameters
+from ..layout.stages import own_names
 from .manifest import VerifiedCheckpoint, read_verified
 from .resume import plan_world_size
 from .rng import set_rng_state
-from .slices import local_blocks, sliced_optimizer_state, split_parameters, tensor_parallel_splits
 from .snapshot import join_optimizer_state, param_name_map
-from .stages import held_optimizer_tensors, local_state, whole_state
 from .store import resolve_read
 
 logger = logging.getLogger("trainer.checkpoint")
@@ -32,23 +32,16 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
     if ckpt is None:
         return None
     resolved, meta, model_state, opt_tensors = ckpt.path, ckpt.meta, ckpt.model_state, ckpt.opt_tensors
-    own = whole_state(trainer.model)  # a pipeline stage's tensors under the whole model's names
-    layout = trainer.layout
-    if layout.pp_degree > 1:  # this stage's tensors of the whole model, whichever layout wrote them
-        model_state = {k: v for k, v in model_state.items() if k in own}
-        opt_tensors = held_optimizer_tensors(opt_tensors, set(param_name_map(trainer.model).values()))
-    if layout.mp_degree > 1:  # tensor parallel: this rank's blocks of the whole tensors, whichever layout wrote them
-        model_state, opt_tensors = dict(model_state), dict(opt_tensors)
-        try:
-            local_blocks(tensor_parallel_splits(trainer.model), layout.mp_rank, layout.mp_degree, model_state,
-                         opt_tensors)
-        except ValueError as exc:
-            raise DataError(f"checkpoint {resolved} cannot be split for this run: {exc}") from None
+    own = trainer.layout.whole_state(trainer.model)  # what this rank holds, under the whole model's names
+    try:  # this rank's part of the whole model's tensors, whichever layout wrote them
+        model_state, opt_tensors = trainer.layout.local_state(trainer.model, model_state, opt_tensors)
+    except ValueError as exc:
+        raise DataError(f"checkpoint {resolved} cannot be split for this run: {exc}") from None
     _check_model(own, model_state, resolved)
     try:
         adapt_to_world_size(trainer, meta)
-        trainer.model.set_state_dict(local_state(trainer.model, {k: _as_tensor(v, own[k].dtype)
-                                                                 for k, v in model_state.items()}))
+        trainer.model.set_state_dict(own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
+                                                               for k, v in model_state.items()}))
         names = param_name_map(trainer.model)
         opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
         trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
@@ -105,12 +98,12 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
 
 def reslice_optimizer(trainer) -> None:
     """After the layout is applied: give a sharding stage 3 optimizer the resumed states of its sliced parameters
-    as the ranges this rank holds (``trainer.checkpoint.slices``); then let the whole states go."""
+    as the ranges this rank holds (``trainer.layout.slices``); then let the whole states go."""
     state = getattr(trainer, "resumed_optimizer_state", None)
     trainer.resumed_optimizer_state = None
     if state is None:
         return
-    split = split_parameters(trainer.model, getattr(trainer.layout, "sharding_rank", 0))
+    split = split_parameters(trainer.model, trainer.layout.sharding_rank)
     if split:
         trainer.optimizer.set_state_dict(sliced_optimizer_state(split, state))
 

@@ -11,7 +11,7 @@ The manifest's ``tensors`` index gives, for every tensor of the model (``model/<
 (``optimizer/<key>``), its full shape and dtype and its parts: ``{"file", "rank", "key"}`` for a whole tensor
 (a replicated one is written by one rank, the owner of an optimizer state by its owner), plus ``"flat":
 [start, stop]`` for a range of the flattened tensor (sharding stage 3) or ``"offsets"`` (one per dimension)
-for a block of it (tensor parallel cuts tensors along an axis). ``trainer.checkpoint.slices`` gives the slices
+for a block of it (tensor parallel cuts tensors along an axis). ``trainer.layout.slices`` gives the slices
 (``{"model/<name>": {"shape": full, "flat": [a, b]} or {"shape": full, "offsets": [...]}}``, only for the
 tensors a layout cuts); everything else is a whole tensor (a pipeline stage holds whole tensors the other
 stages do not).
@@ -98,7 +98,7 @@ def plan(held_per_rank: List[dict], slices_per_rank: List[dict]) -> Dict[str, di
         shapes = {tuple(held_per_rank[r][key][0]) for r in holders}
         if len(shapes) > 1:
             raise ValueError(f"ranks hold {key} with different shapes {sorted(shapes)} and the layout gives no slices "
-                             "for it (trainer.checkpoint.slices)")
+                             "for it (trainer.layout.slices)")
         writer = min(holders, key=lambda r: (load[r], r))
         shape = list(held_per_rank[writer][key][0])
         load[writer] += numel(shape)

@@ -19,6 +19,7 @@ import numpy as np
 import paddle
 
 from .. import distributed as dist
+from ..layout.stages import whole_names
 from ..tensors import to_numpy
 from . import contents
 from .fingerprint import data_fingerprint
@@ -26,8 +27,6 @@ from .host_buffers import HostBuffers
 from .manifest import FORMAT_VERSION
 from .rng import rng_state
 from .shards import digest, holdings, plan, shard_file, written_by
-from .slices import block_specs, split_parameters, take_slices, tensor_parallel_splits
-from .stages import whole_names, whole_state
 
 
 def _to_numpy(t: paddle.Tensor) -> np.ndarray:
@@ -36,7 +35,7 @@ def _to_numpy(t: paddle.Tensor) -> np.ndarray:
 
 def param_name_map(model: paddle.nn.Layer) -> Dict[str, str]:
     """paddle's unique parameter names (``linear_0.w_0``) -> structured names (``fc.weight``; a pipeline stage's
-    under the whole model's names, ``trainer.checkpoint.stages``)."""
+    under the whole model's names, ``trainer.layout.stages``)."""
     whole = whole_names(model)
     return {p.name: whole.get(name, name) for name, p in model.named_parameters()}
 
@@ -101,16 +100,11 @@ def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
             return np.asarray(value)
         return buffers.copy(key, value) if buffers is not None else _to_numpy(value)
 
-    model, layout = trainer.model, getattr(trainer, "layout", None)
-    names = param_name_map(model)
-    split = split_parameters(model, getattr(layout, "sharding_rank", 0))  # sharding stage 3's sliced parameters
-    names.update({"slice@" + s.param.name: name for name, s in split.items()})
-    model_live = whole_state(model)  # a pipeline stage's tensors under the whole model's names
+    model, layout = trainer.model, trainer.layout
+    names = {**param_name_map(model), **layout.slice_names(model)}  # with sharding stage 3's sliced parameters
+    model_live = layout.whole_state(model)  # what this rank holds, under the whole model's names
     opt_live, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names, convert=lambda t: t)
-    slices = take_slices(split, model_live, opt_live)
-    mp_degree = getattr(layout, "mp_degree", 1)
-    if mp_degree > 1:  # tensor parallel: blocks of the split parameters, at their offsets in the whole tensor
-        slices.update(block_specs(tensor_parallel_splits(model), layout.mp_rank, mp_degree, model_live, opt_live))
+    slices = layout.saved_blocks(model, model_live, opt_live)  # the pieces this rank holds of split tensors
     held = holdings(model_live, opt_live)
     ranks = _gather_json({"rng": rng_state(), "held": digest(held, slices), "cut": bool(slices), "pid": os.getpid(),
                           "token": time.time_ns()})
@@ -133,7 +127,7 @@ def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
         return {}
     meta = _meta(trainer, opt_scalars, [r["rng"] for r in ranks], loss_window)
     meta["layout"] = {"world_size": trainer.world_size, "sharded": sharded,
-                      **(_plain(layout.describe()) if hasattr(layout, "describe") else {})}
+                      **_plain(layout.describe())}
     if sharded:
         meta[contents.RECORD] = contents.record(*([k.split("/", 1)[1] for k in index if k.startswith(group + "/")]
                                                   for group in contents.GROUPS))
@@ -162,7 +156,7 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "args": trainer.args.to_dict(),
         "world_size": trainer.world_size,
         # ranks that read different data (tensor/pipeline-parallel ranks of one group read the same): the global batch
-        "data_world_size": getattr(getattr(trainer, "layout", None), "data_world_size", trainer.world_size),
+        "data_world_size": trainer.layout.data_world_size,
         "train_samples": getattr(getattr(trainer, "_train_sampler", None), "dataset_len", None),
         "accumulation_adapted": bool(getattr(trainer, "accumulation_adapted", False)),  # trainer.resume_check
         "loss_window": loss_window,
@@ -177,7 +171,7 @@ def _loss_window(trainer) -> Optional[dict]:
     window = getattr(trainer, "_losses", None)
     if window is None or not window.steps:
         return None
-    total = trainer.layout.share_loss(window.total()) if hasattr(trainer, "layout") else window.total()
+    total = trainer.layout.share_loss(window.total())
     return {"sum": float(dist.all_reduce_mean(total)), "steps": int(window.steps)}
 
 

@@ -7,10 +7,10 @@ in this process and the script paddle's launcher runs for it (``run``,
 (``describe``), ``ptrain verify-resume`` (``verify_resume``), ``ptrain visualdl``
 (``visualdl_serve``), and what the console shows (``console``).
 
-May import: every other room of ``trainer`` and the public ``callbacks``
-package; nothing imports this room but the ``ptrain`` entry point
-(``trainer.cli:main``) and ``python -m trainer.cli``. Tasks (``models.*``)
-register through entry points and never import it.
+May import: ``trainer.*`` (every other room: this is the top floor) and the public ``callbacks`` package.
+
+Used by: nothing imports this room but the ``ptrain`` entry point (``trainer.cli:main``) and
+``python -m trainer.cli``. Tasks (``models.*``) register through entry points and never import it.
 """
 
 from .commands import main

@@ -1,17 +1,32 @@
 """Compatibility with PaddleNLP's Trainer and paddle's hapi callbacks: the one
 place where their names are translated into this project's.
 
+Owns:
+
 - ``door``: ``Trainer(...)``'s PaddleNLP keywords and objects, at construction;
-- ``args_convert``: paddlenlp ``TrainingArguments`` -> ours; ``fields_table``: the
-  migration table (``FIELDS``; ``python -m trainer.compat.table`` prints it as Markdown);
-- ``paddlenlp_fields``: PaddleNLP's fields without an option here, with PaddleNLP's
-  names, types and defaults (a dataclass base of ``trainer.TrainingArguments``);
+- ``args_convert``: paddlenlp ``TrainingArguments`` -> ours (by the migration table,
+  ``trainer.args.fields_table``); ``table``: that table as Markdown
+  (``python -m trainer.compat.table``);
 - ``outputs``: ``TrainOutput``, ``PredictionOutput``, ``EvalPrediction``
   (named tuples);
 - ``api``: ``train``, ``save_model``, ``log_metrics``, ``save_metrics``,
   ``save_state``, ``is_world_process_zero``, ``pop_callback`` (a mixin of
   ``trainer.Trainer``);
+- ``paddlenlp_recipe``: PaddleNLP's arithmetic (schedule, clip, decay) for a run
+  given PaddleNLP's arguments;
 - ``paddlenlp_callbacks``, ``hapi_callbacks``: the callback adapters (their common base in ``foreign``).
+
+PaddleNLP's fields without an option here are ``trainer.args.paddlenlp_fields``
+(a dataclass base of ``TrainingArguments``): the arguments sit below this room.
+
+May import: ``trainer.args`` (the arguments PaddleNLP's are converted into),
+``trainer.errors``, ``trainer.distributed``, ``trainer.recipe`` (the recipe PaddleNLP's
+extends), ``trainer.loss`` (``train()``'s loss summed on the device), ``trainer.data`` (a batch's size), ``trainer.checkpoint`` (``fence``:
+``save_model`` writes into the run's output_dir) and ``callbacks`` (``callbacks.base``:
+the adapters are callbacks). Never the loop itself or models.
+
+Used by: ``trainer.trainer`` (``door``, ``api``), ``trainer.evaluation`` and
+``trainer`` (``outputs``' named tuples) and PaddleNLP users' scripts.
 
 The training loop never sees a PaddleNLP name. Nothing here imports paddlenlp
 until a paddlenlp object is given. Guides: docs/how-to/migrate-paddlenlp.md,

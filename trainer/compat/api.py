@@ -31,27 +31,26 @@ from typing import Optional
 from callbacks.base import Callback
 
 from ..checkpoint import fence
+from ..loss import LossWindow
 
 logger = logging.getLogger("trainer")
 
 
 class _LossTotal(Callback):
-    """Sums the step losses of one ``train()`` on the device (no host sync per step)."""
+    """Sums the step losses of one ``train()`` on the device (no host sync per step), as the loop's log window
+    does: a pipeline stage that holds no loss counts its steps and takes the last stage's sum at the end."""
 
     order = 95
 
     def __init__(self):
-        self.total, self.steps = None, 0
+        self.window = LossWindow()
 
     @property
     def state_key(self) -> str:
         return "_TrainLossTotal"
 
     def on_step_end(self, trainer):
-        loss = trainer.state.step_loss
-        if loss is not None:
-            self.total = loss if self.total is None else self.total + loss
-            self.steps += 1
+        self.window.add(trainer.state.step_loss)
 
 
 class PaddleNLPAPI:
@@ -102,9 +101,11 @@ class PaddleNLPAPI:
             self.callbacks.remove(tracker)
         from .. import distributed as dist
 
-        # the mean over ranks, as PaddleNLP's (its logged losses are all-gathered means): one sync, at the end
-        total = dist.reduce_scalars([float(tracker.total) if tracker.steps else 0.0])[0]
-        loss = total / tracker.steps if tracker.steps else float("nan")
+        # the mean over ranks, as PaddleNLP's (its logged losses are all-gathered means): one sync, at the end; under
+        # pipeline parallel every stage first takes the last stage's sum (the others hold none)
+        steps = tracker.window.steps
+        total = dist.reduce_scalars([float(self.layout.share_loss(tracker.window.total())) if steps else 0.0])[0]
+        loss = total / steps if steps else float("nan")
         metrics = {**self.state.train_metrics, "train_loss": loss}  # fit()'s names and values (trainer.state)
         s = self.state
         epoch = round(s.epoch + s.step_in_epoch / max(1, s.steps_per_epoch), 4)

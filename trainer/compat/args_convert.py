@@ -1,7 +1,7 @@
 """PaddleNLP ``TrainingArguments`` (or a subclass such as
 ``CompressionArguments``) -> ours, field by field.
 
-``FIELDS`` is the migration table: for every field of PaddleNLP's dataclass,
+``FIELDS`` (``trainer.args.fields_table``) is the migration table: for every field of PaddleNLP's dataclass,
 how it maps here. Kinds:
 
 - ``same``: same name and meaning;
@@ -9,7 +9,7 @@ how it maps here. Kinds:
 - ``default``: same name, a different default here (the conversion carries
   PaddleNLP's value, so a converted run behaves as PaddleNLP's);
 - ``ignored``: accepted, with PaddleNLP's name, type and default
-  (``trainer.compat.paddlenlp_fields``), but has no effect on training here
+  (``trainer.args.paddlenlp_fields``), but has no effect on training here
   (the note says why); a value other than PaddleNLP's default is named in one
   warning;
 - ``unsupported``: likewise accepted without an effect, for a feature this
@@ -30,9 +30,10 @@ import logging
 import os
 from typing import Any
 
-logger = logging.getLogger("trainer")
+from ..args import REPORTERS, TRACKERS, TrainingArguments
+from ..args.fields_table import FIELDS
 
-from .fields_table import FIELDS  # noqa: E402  (re-exported: the table lives with the data)
+logger = logging.getLogger("trainer")
 
 # fields PaddleNLP's schedule reads from the paddlenlp arguments themselves (trainer.compat.paddlenlp_recipe):
 # they act on a converted run, so they are neither carried to ours nor warned about
@@ -44,8 +45,6 @@ _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 def convert_args(pargs: Any):
     """Our ``TrainingArguments`` from a paddlenlp one; warns once naming every set field that has no counterpart."""
-    from ..args import TrainingArguments
-
     ours = set(TrainingArguments.field_names())
     values: dict = {}
     dropped = []
@@ -70,8 +69,6 @@ def convert_args(pargs: Any):
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
     report_to = values.get("report_to")
     if report_to is not None:
-        from ..args import REPORTERS, TRACKERS
-
         known = REPORTERS + TRACKERS + ("none", "all")
         report_to = [report_to] if isinstance(report_to, str) else list(report_to)
         dropped += [f"report_to:{r}" for r in report_to if r not in known]

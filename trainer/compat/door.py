@@ -28,6 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
+from ..args import TrainingArguments
+from ..args.arguments import _suggest
 from ..errors import ConfigError
 
 PADDLENLP_KEYWORDS = ("data_collator", "criterion", "optimizers", "tokenizer", "preprocess_logits_for_metrics")
@@ -49,8 +51,6 @@ class Translated:
 
 def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler, extra: dict) -> Translated:
     """Our constructor's values from PaddleNLP's keywords (``extra``) and objects."""
-    from ..args import TrainingArguments, _suggest
-
     for key in extra:
         if key not in PADDLENLP_KEYWORDS:
             raise ConfigError(f"Trainer() got an unknown keyword {key!r}{_suggest(key, _our_keywords() + list(PADDLENLP_KEYWORDS))}")

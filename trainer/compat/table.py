@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from .fields_table import FIELDS
+from ..args import TrainingArguments
+from ..args.fields_table import FIELDS
 
 KIND_WORDS = {"same": "same", "default": "different default", "renamed": "renamed",
               "ignored": "accepted, **no effect** (a set value warns)",
@@ -15,8 +16,6 @@ KIND_WORDS = {"same": "same", "default": "different default", "renamed": "rename
 
 def markdown() -> str:
     from paddlenlp.trainer import TrainingArguments as PaddleNLPArguments
-
-    from ..args import TrainingArguments
 
     ours = {f.name: f for f in dataclasses.fields(TrainingArguments)}
     hints_theirs, hints_ours = typing.get_type_hints(PaddleNLPArguments), typing.get_type_hints(TrainingArguments)

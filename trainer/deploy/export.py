@@ -55,7 +55,6 @@ import paddle
 from paddle.static import InputSpec
 
 from .. import distributed as dist
-from ..checkpoint.stages import whole_model
 from ..errors import ConfigError, DataError, TrainingError
 from ..tensors import to_numpy
 from .predictor import PARAMS_FILE, PREFIX, create_predictor, model_files, run_predictor
@@ -337,27 +336,12 @@ def export_for_trainer(trainer, path: Optional[str] = None, input_spec: Optional
     hooks gather them in every forward, a collective) is refused in one line: export its final checkpoint
     on one process (``trainer.checkpoint.load.load_weights``), which puts the shards together.
 
-    A tensor-parallel run exports one single-card model: every rank must call this (the slices of the split
-    parameters are gathered over the tensor-parallel group, ``trainer.parallel.merge``), then rank 0 loads the
-    whole weights into the model's ``single_card_model()`` and exports that."""
+    A tensor- or pipeline-parallel run exports one single-card model: every rank must call this, and the
+    layout puts its ranks' parts together on rank 0 (:meth:`trainer.layout.Layout.whole_model`: the slices of
+    the split parameters gathered over the tensor-parallel group, or every stage's weights, loaded into the
+    model's ``single_card_model()``), which exports that."""
     path = path or os.path.join(trainer.args.output_dir, "inference")
-    if getattr(getattr(trainer, "layout", None), "shards_parameters", False):
-        raise ConfigError("export: this run holds its parameters in slices (sharding stage3): export its final "
-                          "checkpoint on one process instead: trainer.checkpoint.load.load_weights(model, "
-                          "'OUTPUT_DIR/checkpoints/step-N'), then Trainer(model, args).export() (no sharding)")
-    layout = getattr(trainer, "layout", None)
-    model = trainer.model
-    if getattr(layout, "mp_degree", 1) > 1:
-        from ..parallel.merge import merged_state_dict, single_card_model
-
-        whole = merged_state_dict(model, layout)  # a collective over the tensor-parallel group: every rank
-        if not dist.is_main_process():
-            return None
-        model = single_card_model(model)
-        model.set_state_dict({k: paddle.to_tensor(v) for k, v in whole.items()})
-        model.eval()
-    else:  # pipeline parallel: every stage's weights put together in the single-card model on rank 0 (a collective)
-        model = whole_model(model, getattr(layout, "pp_degree", 1))
+    model = trainer.layout.whole_model(trainer.model)  # the ranks' parts put together on rank 0 (a collective)
     if not dist.is_main_process():
         return None
     if input_spec is not None:

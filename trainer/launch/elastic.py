@@ -16,7 +16,7 @@ needs, and nothing to the launcher's behaviour:
   removes its own heartbeat, so its relaunch is not kept waiting by it;
 - the outcome goes to the JSON file named by ``PTRAIN_LAUNCH_STATUS`` (restarts made, the cause of the
   stop) and the exit code says what ``trainer.launch.restarts`` may do: 0 the job completed; a worker's own exit
-  code when it failed first (2, 3, 5, 130, 138, 143 are never restarted); ``GAVE_UP`` (75) when the launcher
+  code when it failed first (``restarts.NO_RESTART`` lists those never restarted); ``GAVE_UP`` (75) when the launcher
   stopped before the job completed for any other reason ("peer not ready", restarts used, ...);
   130/143 when this launcher was interrupted/terminated.
 """
@@ -168,9 +168,7 @@ def main() -> int:
         c.finalize(exit=False)
         if completed:
             code = 0
-        elif observer.first_failure and observer.first_failure[1] in (2, 3, 5, 130, 138, 143):
-            code, cause = observer.first_failure[1], observer.cause
-        elif observer.first_failure:
+        elif observer.first_failure:  # its own code: trainer.launch.restarts decides (NO_RESTART) whether to restart
             code, cause = observer.first_failure[1] if observer.first_failure[1] > 0 else GAVE_UP, observer.cause
         else:
             code, cause = GAVE_UP, observer.cause or "the launcher stopped before the job completed (peer not ready)"

@@ -1,4 +1,4 @@
-"""Apply a :class:`~trainer.parallel.layout.Layout` to the model and optimizer: the one place, in a fixed order.
+"""Apply a :class:`~trainer.layout.Layout` to the model and optimizer: the one place, in a fixed order.
 
 ``Trainer.fit`` calls :func:`parallelize` once, after ``on_fit_begin`` (AMP O2 has cast the
 parameters then: gradient buckets and shards are built for the dtypes the parameters have):
@@ -33,9 +33,10 @@ from paddle.distributed import fleet
 
 from .. import distributed as dist
 from ..errors import ConfigError, option
+from ..layout import Layout
+from ..layout.slices import tensor_parallel_splits
 from ..optim.clipping import clip_grad_norm
 from .grad_sync import GradSync
-from .layout import Layout
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute, switches_own_recompute
 
@@ -108,7 +109,7 @@ def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=
                           "pass Trainer(optimizer=...) or let the trainer build it")
     _require_clip(layout, optimizer, args.max_grad_norm)
     configs = set(layout.sharding_options)
-    init_topology(layout, args)
+    init_topology(layout, args)  # up already, groups read, when the arguments brought it up for this layout
     logger.info("parallel layout: %s", layout.summary())
     if layout.sharding_stage <= 1:
         if layout.pp_degree > 1:
@@ -141,8 +142,6 @@ def unsplit_model_warning(model: paddle.nn.Layer, layout: Layout) -> Optional[st
     """The one warning line for ``tensor_parallel_degree`` > 1 on a model that has no tensor-parallel layers (no
     parameter of fleet's ColumnParallelLinear, RowParallelLinear or VocabParallelEmbedding: nothing is split, each
     rank of a tensor-parallel group trains the whole model); None otherwise."""
-    from ..checkpoint.slices import tensor_parallel_splits
-
     if layout.mp_degree == 1 or tensor_parallel_splits(model):
         return None
     return (f"{option('tensor_parallel_degree', layout.mp_degree)} but {type(model).__name__} has no tensor-parallel "
@@ -228,14 +227,19 @@ def _in_gloo_rendezvous(exc: BaseException) -> bool:
 
 
 def init_topology(layout: Layout, args) -> None:
-    """``fleet.init`` over the hybrid topology dp x sharding x mp x pp, once per process and layout; fills the
-    layout's groups. Tensor- and pipeline-parallel models are built after it (fleet's parallel layers and
-    ``PipelineLayer`` read its groups when they are constructed): :class:`trainer.TrainingArguments` calls it
-    when ``tensor_parallel_degree`` or ``pipeline_parallel_degree`` is above 1, as PaddleNLP's does; the
-    trainer calls it again when it applies the layout (then it only fills the groups). Every rank calls it."""
+    """Fleet's hybrid topology dp x sharding x mp x pp up for ``layout``, its groups on the layout: the one place
+    ``fleet.init`` runs, once per process and layout (and the step settings fleet's strategy holds). Tensor- and
+    pipeline-parallel models are built after it (fleet's parallel layers and ``PipelineLayer`` read its groups
+    when they are constructed): :class:`trainer.TrainingArguments` calls it for the Layout it plans when
+    ``tensor_parallel_degree`` or ``pipeline_parallel_degree`` is above 1, as PaddleNLP's does, and hands that
+    Layout on to the trainer; :func:`parallelize` calls it for every hybrid layout, and finds the topology up
+    and the groups on the layout when the arguments brought it up (it brings it up itself for sharding alone,
+    or when a resume changed the accumulation steps since). Every rank calls it."""
     global _hybrid_key
     key = (tuple(sorted(layout.describe().items())), layout.order, layout.sharding_options, layout.tensor_options,
            layout.pipeline_options, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
+    if key == _hybrid_key and layout.hcg is not None:
+        return  # up for this layout, whose groups were read when it was brought up
     if key != _hybrid_key:
         strategy = hybrid_strategy(layout, args.gradient_accumulation_steps, args.seed, args.per_device_train_batch_size)
         with dist.stderr_to_debug("trainer.distributed"):

@@ -9,7 +9,7 @@ things from here, so the loop never branches on the layout:
   as the loop's own accumulation does); the loop's ``_optimizer_step`` then steps fleet's
   HybridParallelOptimizer (clipping by the norm over every stage). The step's loss is the last stage's, kept on
   the device: paddle's schedule would broadcast it to every stage at every step (and read a flag to the host
-  on the others), so the runner keeps it where it is, and :meth:`~trainer.parallel.layout.Layout.share_loss`
+  on the others), so the runner keeps it where it is, and :meth:`~trainer.layout.Layout.share_loss`
   broadcasts the window's sum over the pipeline group at logging steps only. On the other stages the step loss
   is None (``state.step_loss``: a value no callback can take for a loss); the logged loss is the last stage's on
   every rank.

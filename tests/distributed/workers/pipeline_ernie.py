@@ -152,10 +152,14 @@ def main(out_dir, opts):
     callbacks.append(step_losses)
     trainer = Trainer(model, args, train_dataset=dataset(64, 5), collate_fn=functools.partial(collate, length=MAX_LEN + 1),
                       loss_fn=ErnieClassificationLoss(), callbacks=callbacks)
-    state = trainer.fit()
+    if opts.get("train_api"):  # PaddleNLP's train(): its training_loss, the mean of every step's loss
+        training_loss = trainer.train().training_loss
+        state = trainer.state
+    else:
+        training_loss, state = None, trainer.fit()
     metrics = trainer.evaluate(dataset(20, 9))
     rank = dist.get_rank()
-    result = {"layout": trainer.layout.describe(), "global_step": state.global_step,
+    result = {"layout": trainer.layout.describe(), "global_step": state.global_step, "training_loss": training_loss,
               "losses": [r["loss"] for r in state.log_history if "loss" in r], "eval_loss": metrics["eval_loss"],
               "eval_samples": metrics["eval_samples"], "model": type(trainer.model_wrapped).__name__,
               "step_losses": step_losses.seen}

@@ -8,7 +8,7 @@ tensor parallel on CPU; benchmarks/gpu_tensor_parallel.py runs it on cards witho
 tensor_parallel_config, nan_grad_at_step (the last rank's block of one split weight gets a NaN gradient in that step; NaNGuard() skips).
 
 Every layout starts from the same whole weights (numpy, seed 0), each rank taking its blocks of the split
-parameters the way a resume does (trainer.checkpoint.slices.local_blocks), so the runs can be compared.
+parameters the way a resume does (trainer.layout.slices.local_blocks), so the runs can be compared.
 Tensor parallel installs the test-only shim (tests/parallel/cpu_hybrid_shim.py) first.
 """
 
@@ -28,7 +28,7 @@ from models.ernie.batching import collate  # noqa: E402
 from models.ernie.parallel_model import ErnieTPConfig, ErnieTPForSequenceClassification  # noqa: E402
 from trainer import Trainer, TrainingArguments  # noqa: E402
 from trainer import distributed as dist  # noqa: E402
-from trainer.checkpoint.slices import local_blocks, tensor_parallel_splits  # noqa: E402
+from trainer.layout.slices import local_blocks, tensor_parallel_splits  # noqa: E402
 
 SHAPE = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
              max_position_embeddings=32, num_labels=3)

@@ -4,13 +4,14 @@ project has no option of its own for, with PaddleNLP's names, types and defaults
 ``trainer.TrainingArguments`` inherits them, so a PaddleNLP script that parses
 our arguments with ``PdArgumentParser`` and then reads, say,
 ``training_args.lazy_data_processing`` or ``training_args.logging_dir`` gets
-PaddleNLP's value instead of an ``AttributeError``. These have an effect here:
+PaddleNLP's value instead of an ``AttributeError``. (The parallel fields,
+``tensor_parallel_degree``, ``pipeline_parallel_degree``, their ``*_config`` and
+``hybrid_parallel_topo_order``, are ``TrainingArguments``' own, beside ``sharding``:
+the Layout plans them.) These have an effect here:
 ``no_cuda`` (true: ``device cpu``), ``local_rank`` (filled from the launcher's
 environment, as PaddleNLP does), ``sharding_degree`` (PaddleNLP's older name of
-``sharding_parallel_degree``), ``tensor_parallel_degree`` /
-``pipeline_parallel_degree``, their ``*_config`` and ``hybrid_parallel_topo_order``
-(read by ``trainer.parallel.Layout.plan``: fleet's hybrid topology),
-``unified_checkpoint_config`` (``async_save``: ``save_async``), and
+``sharding_parallel_degree``), ``logging_dir``, ``run_name`` and ``wandb_api_key``
+(the trackers), ``unified_checkpoint_config`` (``async_save``: ``save_async``), and
 ``save_sharded_model``, ``load_sharded_model``, ``unified_checkpoint``, which ask
 for what checkpoints always do here (``trainer.checkpoint.shards``): never a warning. A
 ``*_degree`` of 1 or -1 never warns. ``eval_accumulation_steps`` (read by
@@ -19,10 +20,9 @@ act too. Every other one has none: setting it to a value
 other than its default is named in one warning (once per field and process),
 and the migration table (``python -m trainer.compat.table``,
 docs/how-to/migrate-paddlenlp.md) marks it so, with the reason from
-``trainer.compat.fields_table.FIELDS``. They never block a resume.
+``trainer.args.fields_table.FIELDS``. They never block a resume.
 
-Imports only the standard library, ``trainer.errors`` and ``fields_table`` (data), so
-``trainer.args`` can inherit from it without an import circle.
+Imports only the standard library, ``trainer.errors`` and ``fields_table`` (data).
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ from .fields_table import FIELDS
 logger = logging.getLogger("trainer")
 
 #: the fields below that change something here; every other one has no effect
-WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "tensor_parallel_degree", "pipeline_parallel_degree",
-               "tensor_parallel_config", "pipeline_parallel_config", "hybrid_parallel_topo_order",
-               "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key",
+WITH_EFFECT = ("no_cuda", "local_rank", "sharding_degree", "eval_accumulation_steps", "skip_memory_metrics", "logging_dir", "run_name", "wandb_api_key",
                # what these ask for is what checkpoints always do here (trainer.checkpoint.shards)
                "save_sharded_model", "load_sharded_model", "unified_checkpoint", "unified_checkpoint_config")
 #: unified_checkpoint_config's words (PaddleNLP 2.8.1)
@@ -73,13 +71,8 @@ class PaddleNLPFields:
     sharding_degree: int = field(default=-1, metadata=_no_effect("sharding_degree"))
     save_sharded_model: bool = field(default=False, metadata=_no_effect("save_sharded_model"))
     load_sharded_model: bool = field(default=False, metadata=_no_effect("load_sharded_model"))
-    tensor_parallel_degree: int = field(default=-1, metadata=_no_effect("tensor_parallel_degree"))
-    pipeline_parallel_degree: int = field(default=-1, metadata=_no_effect("pipeline_parallel_degree"))
     sep_parallel_degree: int = field(default=-1, metadata=_no_effect("sep_parallel_degree"))
     data_parallel_config: str = field(default='', metadata=_no_effect("data_parallel_config"))
-    tensor_parallel_config: str = field(default='', metadata=_no_effect("tensor_parallel_config"))
-    pipeline_parallel_config: str = field(default='', metadata=_no_effect("pipeline_parallel_config"))
-    hybrid_parallel_topo_order: Optional[str] = field(default=None, metadata=_no_effect("hybrid_parallel_topo_order"))
     scale_loss: float = field(default=32768, metadata=_no_effect("scale_loss"))
     minimum_eval_times: Optional[int] = field(default=None, metadata=_no_effect("minimum_eval_times"))
     local_rank: int = field(default=-1, metadata=_no_effect("local_rank"))

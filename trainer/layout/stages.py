@@ -34,8 +34,8 @@ def whole_state(model: paddle.nn.Layer) -> dict:
     return {rename.get(k, k): v for k, v in model.state_dict().items()}
 
 
-def local_state(model: paddle.nn.Layer, state: dict) -> dict:
-    """The tensors of ``state`` (whole-model names) that ``model`` holds, under its own names."""
+def own_names(model: paddle.nn.Layer, state: dict) -> dict:
+    """``state`` (whole-model names) under ``model``'s own names (what its ``set_state_dict`` takes)."""
     back = {whole: local for local, whole in whole_names(model).items()}
     return {back.get(k, k): v for k, v in state.items()}
 

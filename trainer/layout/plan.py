@@ -1,10 +1,14 @@
 """The model's layout over ranks: one small object that answers "which group reduces this?".
 
 :class:`Layout` is planned from the arguments and the world size before anything runs
-(:meth:`Layout.plan`: the one place the parallel fields are checked against each other)
-and gets its communication groups when :func:`trainer.parallel.parallelize` applies it.
-The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as
-``trainer.layout`` and never branch on the parallel mode themselves.
+(:meth:`Layout.plan`: the one place the parallel fields are checked against each other), once per run:
+``TrainingArguments`` plan it where they check their fields (``args.layout``) and the ``Trainer`` takes that one.
+It gets its communication groups when fleet's topology is brought up for it (``trainer.parallel.apply.init_topology``:
+from the arguments for tensor and pipeline parallel, else when :func:`trainer.parallel.parallelize` applies it).
+The loop, the callbacks (NaN guard, logger), metrics and checkpoints read it as ``trainer.layout`` and never
+branch on the parallel mode themselves; checkpoints and export ask it for the model's state as this rank holds
+it (:meth:`Layout.local_state`, :meth:`Layout.whole_state`, :meth:`Layout.saved_blocks`,
+:meth:`Layout.whole_model`), which on one process is the state as it is.
 
 Ranks follow fleet's hybrid topology order, outermost first: ``dp, pp, sharding, mp``
 (``hybrid_parallel_topo_order="pp_first"``, the default, as in PaddleNLP) or ``dp, sharding, pp, mp``
@@ -129,9 +133,9 @@ class Layout:
     Degrees multiply to the world size: ``dp_degree * sharding_degree * mp_degree * pp_degree``.
     ``sharding_stage`` 0 is no sharding; 1 shards optimizer states (fleet's
     DygraphShardingOptimizer), 2 also gradients, 3 also parameters (paddle's
-    ``group_sharded_parallel``). Groups are None until :func:`trainer.parallel.parallelize`
-    applies the layout, and stay None for a degree of 1; a None group means "all ranks"
-    to ``paddle.distributed`` collectives.
+    ``group_sharded_parallel``). Groups are None until fleet's topology is brought up for
+    the layout (``trainer.parallel.apply.init_topology``), and stay None for a degree of 1;
+    a None group means "all ranks" to ``paddle.distributed`` collectives.
     """
 
     world_size: int = 1
@@ -362,6 +366,87 @@ class Layout:
         if not self.shards_parameters:
             return params
         return [getattr(p, "fw_storage", None) if getattr(p, "fw_storage", None) is not None else p for p in params]
+
+    # ---- what checkpoints and export ask: the model's state as this rank holds it ----------------------------
+    # (paddle only inside: the sibling modules import it, planning runs without it)
+    def whole_state(self, model) -> dict:
+        """``model.state_dict()`` under the whole model's names: a pipeline stage's tensors as the single-card model
+        names them (``trainer.layout.stages``); the model's own names otherwise."""
+        from .stages import whole_state
+
+        return whole_state(model)
+
+    def slice_names(self, model) -> dict:
+        """``{paddle's name of a parameter range: whole-model name}`` for the parameters paddle's sharding stage 3
+        holds in slices on this rank (their optimizer states are named ``slice@<paddle name>_...``); empty when
+        every parameter is whole here."""
+        from .slices import split_parameters
+        from .stages import whole_names
+
+        rename = whole_names(model)
+        return {"slice@" + s.param.name: rename.get(name, name)
+                for name, s in split_parameters(model, self.sharding_rank).items()}
+
+    def saved_blocks(self, model, model_state: dict, opt_state: dict) -> dict:
+        """What a save writes of the tensors this rank holds in pieces: cuts, in ``model_state`` and ``opt_state``
+        (whole-model names: :meth:`whole_state`, ``param:<name>_...`` / ``master:<name>``), each parameter sharding
+        stage 3 holds in slices (and its per-value optimizer states) to the range this rank holds, and returns the
+        slice specs of those ranges and of tensor parallel's blocks at their offsets in the whole tensor
+        (``{"model/<name>" | "optimizer/<key>": spec}``, ``trainer.checkpoint.shards``); ``{}`` when this rank
+        holds whole tensors (the state as it is)."""
+        from . import slices
+
+        specs = slices.take_slices(slices.split_parameters(model, self.sharding_rank), model_state, opt_state)
+        if self.mp_degree > 1:
+            specs.update(slices.block_specs(slices.tensor_parallel_splits(model), self.mp_rank, self.mp_degree,
+                                            model_state, opt_state))
+        return specs
+
+    def local_state(self, model, model_state: dict, opt_tensors: dict) -> tuple:
+        """``(model_state, opt_tensors)`` of a whole-model checkpoint (numpy, whole-model names, whichever layout
+        wrote it) as this rank holds them: a pipeline stage's tensors only, this rank's blocks of the parameters
+        tensor parallel splits (and of their per-value optimizer states); the state as it is when this rank holds
+        the whole model. A ValueError says which tensor does not split over this layout."""
+        from .slices import local_blocks, tensor_parallel_splits
+        from .stages import held_optimizer_tensors, whole_names
+
+        if self.pp_degree > 1:  # this stage's tensors of the whole model
+            own = self.whole_state(model)
+            rename = whole_names(model)
+            model_state = {k: v for k, v in model_state.items() if k in own}
+            opt_tensors = held_optimizer_tensors(opt_tensors, {rename.get(n, n) for n, _ in model.named_parameters()})
+        if self.mp_degree > 1:  # this rank's blocks of the whole tensors
+            model_state, opt_tensors = dict(model_state), dict(opt_tensors)
+            local_blocks(tensor_parallel_splits(model), self.mp_rank, self.mp_degree, model_state, opt_tensors)
+        return model_state, opt_tensors
+
+    def whole_model(self, model):
+        """The model an export writes: ``model`` itself when this rank holds all of it; the single-card twin with
+        every rank's part put together (tensor parallel's slices gathered over the group, ``trainer.layout.merge``;
+        the pipeline's stages, ``trainer.layout.stages``) on rank 0, None on the other ranks, otherwise. A
+        collective then: every rank calls it. A ConfigError when the parts cannot be put together here (sharding
+        stage 3, or a model without a single-card twin), saying how to export instead."""
+        from .. import distributed as dist
+
+        if self.shards_parameters:
+            raise ConfigError("export: this run holds its parameters in slices (sharding stage3): export its final "
+                              "checkpoint on one process instead: trainer.checkpoint.load.load_weights(model, "
+                              "'OUTPUT_DIR/checkpoints/step-N'), then Trainer(model, args).export() (no sharding)")
+        if self.mp_degree > 1:
+            import paddle
+
+            from .merge import merged_state_dict, single_card_model
+
+            whole = merged_state_dict(model, self.mp_group)  # a collective over the tensor-parallel group: every rank
+            if not dist.is_main_process():
+                return None
+            model = single_card_model(model)
+            model.set_state_dict({k: paddle.to_tensor(v) for k, v in whole.items()})
+            model.eval()
+            return model
+        from .stages import whole_model
+
+        return whole_model(model, self.pp_degree)  # pipeline parallel: every stage's weights, on rank 0
 
     def describe(self) -> dict:
         """Plain JSON the checkpoint manifest records (``ptrain inspect`` shows it)."""

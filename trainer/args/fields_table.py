@@ -5,8 +5,8 @@ Kinds: ``same`` (same name and meaning), ``renamed`` (carried to the field named
 in the note), ``default`` (same name, a different default here), ``ignored``
 and ``unsupported`` (accepted with PaddleNLP's name, type and default, without an
 effect here; the note says why). Data only, importing nothing: read by
-``trainer.compat.args_convert`` (the conversion), ``trainer.compat.paddlenlp_fields``
-(the fields' help) and ``trainer.compat.table`` (docs/how-to/migrate-paddlenlp.md).
+``trainer.args.paddlenlp_fields`` (the fields' help), ``trainer.compat.args_convert``
+(the conversion) and ``trainer.compat.table`` (docs/how-to/migrate-paddlenlp.md).
 """
 
 from typing import Dict, Tuple

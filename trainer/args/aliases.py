@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, List
 
-from .errors import ConfigError, option
+from ..errors import ConfigError, option
 
 REPORTERS = ("tqdm", "jsonl", "visualdl", "png")
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # callbacks.tracking: one callback each, an optional extra each

@@ -20,13 +20,14 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional
 
-from .args_aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
-                           normalize_aliases_before, validate_best_model)
-from .capabilities import check_arguments
-from .compat.paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
-from .device import DEVICES  # the one list of device choices (re-exported: trainer.args.DEVICES)
-from .errors import ConfigError, option
-from .parallel.layout import Layout
+from ..capabilities import check_arguments
+from ..device import DEVICES  # the one list of device choices (re-exported: trainer.args.DEVICES)
+from ..errors import ConfigError, option
+from ..layout import Layout
+from ..layout.plan import PIPELINE_CONFIGS, SHARDING_CONFIGS, TENSOR_CONFIGS, TOPO_ORDERS
+from .aliases import (DEFAULT_REPORTERS, REPORTERS, TRACKERS, config_lines, normalize_aliases_after,
+                      normalize_aliases_before, validate_best_model)
+from .paddlenlp_fields import PaddleNLPFields, apply_paddlenlp_fields, no_effect_fields
 
 AMP_CHOICES = ("off", "fp16", "bf16")
 AMP_LEVELS = ("O1", "O2")
@@ -44,7 +45,7 @@ class TrainingArguments(PaddleNLPFields):
     the field, the value and what is allowed. Every field of PaddleNLP's
     ``TrainingArguments`` exists too, with PaddleNLP's name, type and default
     (those this project has no option for come from
-    :class:`trainer.compat.paddlenlp_fields.PaddleNLPFields`; setting one that
+    :class:`trainer.args.paddlenlp_fields.PaddleNLPFields`; setting one that
     has no effect here is named in a warning).
     """
 
@@ -112,12 +113,18 @@ class TrainingArguments(PaddleNLPFields):
     # placement
     device: str = field(default="auto", metadata={"help": "auto (gpu when paddle is compiled with CUDA and sees one) | cpu | gpu; auto is resolved at construction, so paddle.set_device(args.device) works"})
     find_unused_parameters: bool = field(default=False, metadata={"help": "DataParallel: allow parameters that get no gradient"})
-    # memory: recompute and sharding (trainer.parallel; PaddleNLP's names)
+    # the model over ranks: recompute, sharding, tensor and pipeline parallel (trainer.layout plans them together,
+    # trainer.parallel applies them; PaddleNLP's names, types and defaults)
     recompute: bool = field(default=False, metadata={"help": "recompute activations in the backward pass instead of keeping them: a PaddleNLP model through its enable_recompute switch, any other model block by block (the children of its LayerLists, or recompute_modules) under paddle's non-reentrant recompute"})
     recompute_modules: Optional[List[str]] = field(default=None, metadata={"help": "with recompute: the sublayers to recompute, by path in named_sublayers() (a LayerList stands for its children) or class name; default every LayerList's children"})
     sharding: str = field(default="", metadata={"help": "shard state over ranks: stage1 (optimizer states), stage2 (+ gradients), stage3 (+ parameters); add offload to keep them in host memory (e.g. 'stage2 offload'); empty = off"})
     sharding_parallel_degree: int = field(default=-1, metadata={"help": "ranks per sharding group; -1 = all of them; the rest replicate the shards (data parallel)"})
-    sharding_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's sharding options, space-separated: enable_stage1_tensor_fusion, enable_stage1_overlap, split_param, disable_stage1_reduce_avg (stage1), enable_stage2_overlap (stage2)"})
+    sharding_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's sharding options, space-separated: " + ", ".join(SHARDING_CONFIGS) + " (enable_stage2_overlap with stage2, the others with stage1)"})
+    tensor_parallel_degree: int = field(default=-1, metadata={"help": "ranks per tensor-parallel group (fleet's TensorParallel over its hybrid topology; the model is built from fleet's parallel layers: docs/how-to/model-parallel.md); -1 or 1 = off"})
+    pipeline_parallel_degree: int = field(default=-1, metadata={"help": "pipeline stages (fleet's PipelineParallel over its hybrid topology; the model is a PipelineLayer: docs/how-to/pipeline-parallel.md); -1 or 1 = off"})
+    tensor_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's tensor-parallel options, space-separated: " + ", ".join(TENSOR_CONFIGS) + " (fleet's mp_configs; enable_delay_scale_loss is accepted)"})
+    pipeline_parallel_config: str = field(default="", metadata={"help": "PaddleNLP's pipeline options, space-separated, into fleet's pp_configs and pipeline_configs: " + ", ".join(PIPELINE_CONFIGS)})
+    hybrid_parallel_topo_order: Optional[str] = field(default=None, metadata={"help": "fleet's order of the hybrid axes, outermost first: " + "; ".join(f"{k} ({', '.join(v)})" for k, v in TOPO_ORDERS.items()) + "; None = pp_first, PaddleNLP's default"})
     amp_master_grad: bool = field(default=False, metadata={"help": "with amp_level O2: keep float32 gradients (paddle's main_grad) beside the low-precision weights; the optimizer clips them; several processes need sharding"})
     # data columns
     label_names: Optional[List[str]] = field(default=None, metadata={"help": "batch keys that hold the labels (default: labels)"})
@@ -196,15 +203,17 @@ class TrainingArguments(PaddleNLPFields):
         if self.amp_master_grad and (self.amp == "off" or self.amp_level != "O2"):
             raise ConfigError(f"amp_master_grad=True needs low-precision weights: set {option('amp', 'bf16')} (or fp16) "
                               f"and {option('amp_level', 'O2')}, or {option('amp_master_grad', False)}")
-        # the parallel fields, checked together: on the launch's ranks; a process outside a launch (ptrain's launcher
-        # itself, before it starts the ranks) checks them on the fewest ranks the degrees ask for (Trainer: on its own)
+        # the parallel fields, checked together and planned once: the run's Layout (self.layout), which the Trainer
+        # takes and the *_rank properties read. On the launch's ranks; a process outside a launch (ptrain's launcher
+        # itself, before it starts the ranks) checks them on the fewest ranks the degrees ask for
         launched = "PADDLE_TRAINERS_NUM" in os.environ
         layout = Layout.from_args(self, self.world_size if launched else max(self.world_size, self._least_ranks()),
                                   self.process_index)
         check_arguments(self, layout)  # what this build cannot run: one line, before any group or model is made
+        self._planned_layout = layout  # not a field: to_dict() and the checkpoint's saved arguments stay as they are
         if launched and layout.world_size > 1 and (layout.mp_degree > 1 or layout.pp_degree > 1):
             # fleet's parallel layers read its groups when the model is built after these arguments (as in PaddleNLP)
-            from .parallel.apply import init_topology
+            from ..parallel.apply import init_topology
 
             init_topology(layout, self)
         if not str(self.output_dir).strip():
@@ -276,28 +285,42 @@ class TrainingArguments(PaddleNLPFields):
         """This process's global rank."""
         return int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 
-    def _layout(self) -> Layout:
-        return Layout.from_args(self, self.world_size, self.process_index)
+    @property
+    def layout(self) -> Layout:
+        """The run's :class:`trainer.layout.Layout`, planned once from these fields when they were checked (on the
+        launch's ranks; outside a launch on the fewest ranks the degrees ask for). Not a field: ``to_dict()`` and
+        the checkpoint's saved arguments do not hold it. ``Trainer`` takes it (:meth:`layout_for`)."""
+        return self._planned_layout
+
+    def layout_for(self, world_size: int, rank: int) -> Layout:
+        """The Layout of a process that is rank ``rank`` of ``world_size``: :attr:`layout` itself when the
+        arguments were checked for that world (every launched rank); planned anew only where the world differs,
+        for a process outside a launch whose degrees asked for more ranks than it has (a ConfigError then names
+        the degree that does not divide its ranks)."""
+        planned = self._planned_layout
+        if (planned.world_size, planned.rank) == (world_size, rank):
+            return planned
+        return Layout.from_args(self, world_size, rank)
 
     @property
     def tensor_parallel_rank(self) -> int:
         """This rank's place in its tensor-parallel group (PaddleNLP scripts give it to a model's config)."""
-        return self._layout().mp_rank
+        return self.layout.mp_rank
 
     @property
     def pipeline_parallel_rank(self) -> int:
         """This rank's pipeline stage."""
-        return self._layout().pp_rank
+        return self.layout.pp_rank
 
     @property
     def data_parallel_rank(self) -> int:
         """This rank's place in its data-parallel group."""
-        return self._layout().dp_rank
+        return self.layout.dp_rank
 
     @property
     def sharding_parallel_rank(self) -> int:
         """This rank's place in its sharding group."""
-        return self._layout().sharding_rank
+        return self.layout.sharding_rank
 
     @property
     def requested_device(self) -> str:
