@@ -2,6 +2,21 @@
 
 Importing this package is light: it imports neither paddlenlp nor the
 optional writers (VisualDL, matplotlib), which load when first used.
+
+Owns: policy, everything optional: the base class and its dispatcher (``base``), the default set
+(``defaults``), and one callback a file (``amp`` with ``loss_scaler``, ``lr_warmup``, ``flow``, ``logger``
+with ``plots`` and ``visualdl_records``, ``gpu_monitor``, ``checkpoint``, ``preemption``, ``watchdog`` with
+``stall_blame``, ``nan_guard``, ``load_best``, ``early_stopping``, ``spike_recovery``, ``export``,
+``iterable_dataset_state``; the trackers ``tensorboard_tracker``, ``wandb_tracker``, ``mlflow_tracker`` and what
+they share, ``tracking``).
+
+May import: paddle, ``trainer.errors``, ``trainer.events``, ``trainer.distributed``, ``trainer.process``,
+``trainer.heap``, ``trainer.metric_keys``, ``trainer.optim`` (the LR schedules), ``trainer.data`` (a stream's
+batches), ``trainer.checkpoint`` (the files a save writes, the fence), ``trainer.deploy`` (export). Never the loop
+(a callback is handed the trainer), the launcher, the commands or models.
+
+Used by: ``trainer.trainer`` (the default set, the stream's state), ``trainer.compat`` (the adapters), ``trainer.cli``
+(``cli.run``: the log file; ``cli.verify_resume``: its callbacks), users.
 """
 
 from .amp import AMP

@@ -28,6 +28,9 @@ Not in the default set, add them with ``Trainer(callbacks=[...])``:
 NaNGuard() with action 'skip' (skipping a non-finite step costs one host sync
 per optimizer step in paddle's dygraph optimizers), EarlyStopping (needs a
 metric and a patience), Export (writes an inference model at the end of fit()).
+IterableDatasetState (order 190) is switched on by the data, not by an argument:
+``Trainer.get_train_dataloader`` adds it for an ``IterableDataset`` with
+``state_dict``/``load_state_dict`` (``callbacks.iterable_dataset_state``).
 
 A callback given to ``Trainer(callbacks=[...])`` that is an instance of a
 default callback's class replaces that default (``callback_set``): e.g.

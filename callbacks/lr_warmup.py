@@ -16,14 +16,14 @@ Options (each defaults to the ``TrainingArguments`` field of the same name):
 
 Who applies the warmup, so it happens exactly once:
 
-- the schedule is a ``trainer.schedules.WarmupDecay`` (what the trainer builds
+- the schedule is a ``trainer.optim.schedules.WarmupDecay`` (what the trainer builds
   when it builds the optimizer, from ``lr_scheduler_type``): its own closed-form
   ramp is the warmup. LRWarmup sets its length (the same value the trainer took
   from the arguments, unless LRWarmup was given other options) and applies the
   scaling rule unless ``WarmupDecay.lr_scale`` says the trainer already did.
 - any other scheduler (``Trainer(lr_scheduler=...)``), or none (a user's
   optimizer with a constant LR): LRWarmup wraps it in
-  ``trainer.schedules.WithWarmup``, hands the wrapper to the optimizer
+  ``trainer.optim.schedules.WithWarmup``, hands the wrapper to the optimizer
   (``optimizer.set_lr_scheduler``) and makes it ``trainer.lr_scheduler``, which
   the trainer steps once per optimizer step and saves in checkpoints. The inner
   scheduler keeps its own clock. A scheduler that lives only inside a
@@ -57,7 +57,7 @@ from typing import Optional
 
 from trainer.distributed import is_main_process
 from trainer.errors import ConfigError
-from trainer.schedules import WarmupDecay, WithWarmup, linear_scaling_factor, warmup_steps_for
+from trainer.optim.schedules import WarmupDecay, WithWarmup, linear_scaling_factor, warmup_steps_for
 
 from .base import Callback
 

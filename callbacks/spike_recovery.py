@@ -37,7 +37,7 @@ What a rollback does, at the ``patience``-th bad record (step D):
    about 100 steps before the spike and skip 200-500 batches).
 4. Multiplies the learning rate by ``lr_factor`` when set (the schedule's
    base: ``base_lr`` of a ``paddle.optimizer.lr.LRScheduler``, ``lr_scale`` of
-   ``trainer.schedules.WithWarmup``, the optimizer's own float LR when there
+   ``trainer.optim.schedules.WithWarmup``, the optimizer's own float LR when there
    is no scheduler). The cumulative factor is saved with this callback's state
    and re-applied when a run resumes.
 5. Adds the rollback to the current log record (``rollback``,
@@ -91,7 +91,7 @@ from trainer.checkpoint import rng
 from trainer.checkpoint.manifest import checkpoints_dir, verify
 from trainer.checkpoint.store import list_checkpoints
 from trainer.errors import ConfigError, DataError, TrainingError, option
-from trainer.schedules import WithWarmup
+from trainer.optim.schedules import WithWarmup
 
 from .base import Callback
 

@@ -6,10 +6,10 @@ costs little and never imports paddlenlp.
 
 Layout (docs/explanation/architecture.md): the loop and what it is made of stand
 at this level (``trainer``, ``evaluation``, ``args``, ``state``, ``events``,
-``schedules``, ``clipping``, ``distributed``, ``device``, ``tensors``,
+``loss``, ``recipe``, ``distributed``, ``device``, ``tensors``,
 ``metric_keys``, ``task``, ``process``, ``errors``); each other concern is a room
 of its own, which says in its docstring what it owns, what it may import and who
-uses it: ``data/`` (samplers, loaders, streams), ``checkpoint/`` (the run's
+uses it: ``optim/`` (the optimizer, LR schedules, clipping), ``data/`` (samplers, loaders, streams), ``checkpoint/`` (the run's
 files and their owner), ``parallel/`` (the model's layout over ranks), ``deploy/`` (export, predictors), ``compat/``
 (PaddleNLP and hapi at the door), ``launch/`` (paddle's launcher, restarts,
 supervision) and ``cli/`` (the ``ptrain`` commands and the console). Imports

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .clipping import clip_grad_norm
 from .data import ResumableDistributedBatchSampler
-from .schedules import build_scheduler
+from .optim.clipping import clip_grad_norm
+from .optim.optimizer import peak_lr
+from .optim.schedules import build_scheduler
 
 
 class Recipe:
@@ -41,8 +42,9 @@ class Recipe:
         return {p.name for p in params if p.ndim >= 2}
 
     def lr_scheduler(self, trainer, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``)."""
-        return build_scheduler(trainer.args, total_steps, trainer.state.steps_per_epoch, trainer._peak_lr())
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.optim.schedules``)."""
+        a = trainer.args
+        return build_scheduler(a, total_steps, trainer.state.steps_per_epoch, peak_lr(a, trainer.state.global_batch_size))
 
     def clip(self, parameters, max_norm: float):
         """Scale gradients to a global L2 norm of at most ``max_norm``; returns the norm (device tensor)."""

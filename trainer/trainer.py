@@ -1,8 +1,12 @@
-"""Trainer: the data-parallel training loop, evaluation and prediction.
+"""Trainer: the training loop, evaluation and prediction, on one process or many.
 
 The loop announces events (``trainer.events``); everything optional is a
 callback. A step reads top to bottom in :meth:`Trainer._train_step`; the
-details (accumulation, clipping, logging reductions) sit in small helpers.
+details (accumulation, clipping, logging reductions) sit in small helpers, and
+whole concerns in modules of their own: the model's layout over ranks, applied
+once before the loop (``trainer.parallel``: data parallel, sharding, tensor and
+pipeline parallel alike), the optimizer and its schedule (``trainer.optim``),
+reading and summing the loss (``trainer.loss``).
 
 Hot-path rule: between logging intervals nothing here copies a tensor to the
 host. The loss is summed on the device and reduced across ranks only when
@@ -18,11 +22,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Optional
 
-import numpy as np
 import paddle
 
 from callbacks.base import Callback, CallbackList
 from callbacks.defaults import callback_set
+from callbacks.iterable_dataset_state import IterableDatasetState
 
 from . import distributed as dist
 from .args import TrainingArguments
@@ -38,21 +42,22 @@ from .checkpoint.snapshot import snapshot
 from .compat.api import PaddleNLPAPI
 from .compat.door import translate_init
 from .compat.outputs import PredictionOutput
-from .data import (ResumableDistributedBatchSampler, SeededDataset, ShardedEvalSampler, abandon_iterator,
-                   close_iterator, dataset_length, make_loader, shutdown_workers)
+from .data import ResumableDistributedBatchSampler, SeededDataset, shutdown_workers
 from .data import iterable
-from .data.loader import end_cut_start, killed_worker_of, live_children, killed_workers, worker_killed
+from .data.loader import (epoch_iterator, epoch_of, eval_loader, killed_worker_of, next_batch, train_loader,
+                          worker_killed)
 from .data.batch import batch_size, labels_of
-from .data.batch_errors import backward_dtype_error, label_dtype_error, label_error
 from .data.columns import collate_for
 from .deploy.export import export_inference_model
 from . import process
-from .errors import ConfigError, DataError, Preempted, TrainerError, TrainingError, option
+from .errors import ConfigError, Preempted, TrainerError
 from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
-from .loss_window import LossWindow
+from .loss import (LossWindow, backward, check_loss, eval_loss, forward, loss_from_outputs, loss_of,
+                   micro_batch_share)
 from .memory_stats import peak_memory_record
+from .optim.optimizer import build_optimizer, peak_lr
 from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
 from .seed import set_seed
 from .state import TrainerState
@@ -180,38 +185,24 @@ class Trainer(PaddleNLPAPI):
 
     # ---- overridable building blocks -----------------------------------------
     def get_train_dataloader(self) -> paddle.io.DataLoader:
-        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.iterable)
+        if iterable.is_iterable(self.train_dataset):  # a stream: sharded by rank, resumable (trainer.data.iterable)
             self._train_sampler = iterable.train_batches(self, collate_for(self.model, self.args, self.collate_fn))
+            IterableDatasetState.track(self, self._train_sampler)  # its position in checkpoints, when it has state
             return self._train_sampler
-        n = dataset_length(self.train_dataset, "training")
-        self._train_sampler = self.recipe.train_sampler(self, n)  # the order: ours, or PaddleNLP's (trainer.recipe)
-        if self._train_sampler.batches_per_epoch() == 0:
-            raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
-                            f"dataloader_drop_last: lower per_device_train_batch_size or set "
-                            f"{option('dataloader_drop_last', False)}")
-        dataset = self.train_dataset
-        if self.args.dataloader_num_workers > 0:
-            # each sample fetched under a seed of (seed, epoch, index): workers' randomness is exact on resume
-            dataset = self._seeded_train = SeededDataset(dataset, self.args.seed)
-        return make_loader(dataset, self._train_sampler, collate_for(self.model, self.args, self.collate_fn),
-                           self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
-                           persistent_workers=self._persistent_workers())
+        # the order: ours, or PaddleNLP's (trainer.recipe); workers seeded per sample (trainer.data.loader)
+        self._train_sampler, self._seeded_train, loader = train_loader(
+            self, collate_for(self.model, self.args, self.collate_fn), self._persistent_workers())
+        return loader
 
     def get_eval_dataloader(self, dataset) -> paddle.io.DataLoader:
         if iterable.is_iterable(dataset):
             return iterable.eval_batches(self, dataset, collate_for(self.model, self.args, self.collate_fn))
-        n = dataset_length(dataset, "evaluation")
-        readers = self.layout.data_world_size  # ranks of one tensor/pipeline-parallel group read the same batches
-        if n < readers:
-            raise DataError(f"the evaluation dataset has {n} samples, fewer than the {readers} processes: "
-                            "give more samples or run with fewer processes")
         persistent = self._persistent_workers()  # one set of workers for every evaluation of this dataset in fit()
         if persistent and self._eval_loaders.get(id(dataset), (None,))[0] is dataset:
             return self._eval_loaders[id(dataset)][1]
-        sampler = ShardedEvalSampler(n, self.args.per_device_eval_batch_size, readers, self.layout.data_rank)
-        loader = make_loader(dataset, sampler, collate_for(self.model, self.args, self.collate_fn),
-                             self.args.dataloader_num_workers, read_ahead=self.args.dataloader_read_ahead,
-                             persistent_workers=persistent)
+        # the ranks of one tensor/pipeline-parallel group read the same batches
+        loader = eval_loader(dataset, collate_for(self.model, self.args, self.collate_fn), self.args,
+                             self.layout.data_world_size, self.layout.data_rank, persistent)
         if persistent:
             self._eval_loaders[id(dataset)] = (dataset, loader)
         return loader
@@ -228,39 +219,17 @@ class Trainer(PaddleNLPAPI):
     def create_optimizer(self) -> paddle.optimizer.Optimizer:
         """``args.optim`` over the model's parameters; weight decay only on
         parameters with 2+ dims (matrices, embeddings, kernels), never on biases
-        and norm weights. Uses ``self.lr_scheduler`` as its learning rate."""
-        a = self.args
-        lr = self.lr_scheduler if self.lr_scheduler is not None else self._peak_lr()
+        and norm weights (the recipe's choice). Uses ``self.lr_scheduler`` as its learning rate
+        (``trainer.optim.optimizer``)."""
         params = [p for p in self.model.parameters() if not p.stop_gradient]
-        decay_names = self.recipe.decay_names(self.model, params)
-        clip = optimizer_grad_clip(self.layout, a.max_grad_norm)  # sharding: paddle clips inside the step
-        if a.optim == "adamw":
-            return paddle.optimizer.AdamW(learning_rate=lr, parameters=params, weight_decay=a.weight_decay,
-                                          beta1=a.adam_beta1, beta2=a.adam_beta2, epsilon=a.adam_epsilon,
-                                          apply_decay_param_fun=lambda name: name in decay_names, grad_clip=clip)
-        groups = [{"params": [p for p in params if p.name in decay_names], "weight_decay": a.weight_decay},
-                  {"params": [p for p in params if p.name not in decay_names], "weight_decay": 0.0}]
-        groups = [g for g in groups if g["params"]]
-        if clip is not None:  # paddle clips each parameter group by its own norm: one group keeps the norm global
-            if a.weight_decay:
-                raise ConfigError(f"optim={a.optim} with weight_decay and max_grad_norm under {self.layout.summary()}: "
-                                  "paddle's optimizer would clip its decayed and undecayed parameters by two norms; "
-                                  f"use {option('optim', 'adamw')}, or {option('weight_decay', 0.0)}")
-            groups = params
-        if a.optim == "momentum":
-            return paddle.optimizer.Momentum(learning_rate=lr, momentum=a.momentum, parameters=groups, grad_clip=clip)
-        return paddle.optimizer.SGD(learning_rate=lr, parameters=groups, grad_clip=clip)
+        lr = self.lr_scheduler if self.lr_scheduler is not None else peak_lr(self.args, self.state.global_batch_size)
+        clip = optimizer_grad_clip(self.layout, self.args.max_grad_norm)  # sharding: paddle clips inside the step
+        return build_optimizer(self.args, lr, params, self.recipe.decay_names(self.model, params), clip,
+                               self.layout.summary())
 
     def create_lr_scheduler(self, total_steps: int):
-        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.schedules``; PaddleNLP's under its arguments)."""
+        """Warmup then ``args.lr_scheduler_type`` decay (``trainer.optim.schedules``; PaddleNLP's under its arguments)."""
         return self.recipe.lr_scheduler(self, total_steps)
-
-    def _peak_lr(self) -> float:
-        """``learning_rate``, times global batch / ``scale_lr_by_batch`` when set (linear scaling rule)."""
-        a = self.args
-        if a.scale_lr_by_batch:
-            return a.learning_rate * self.state.global_batch_size / a.scale_lr_by_batch
-        return a.learning_rate
 
     def compute_loss(self, model: paddle.nn.Layer, batch: Any, return_outputs: bool = False):
         """The loss of one micro-batch, in training and in evaluation (``eval_loss``
@@ -276,24 +245,13 @@ class Trainer(PaddleNLPAPI):
         ``(loss, outputs)``, the outputs holding the predictions; the loss may then
         be None when the outputs hold none and there is no ``loss_fn``. An override
         without ``return_outputs`` still works: evaluation then runs the model a
-        second time for the predictions.
+        second time for the predictions. The readers are ``trainer.loss``'s.
         """
-        outputs, labels = self._forward(model, batch)
+        outputs, labels = forward(model, batch, self.args.label_names, self.loss_fn)
         if self.loss_fn is not None:
-            if labels is None:
-                raise DataError("loss_fn is set but the batch has no labels: give (inputs, labels) batches or a 'labels' key")
-            dtype_error = label_dtype_error(self.loss_fn, labels)
-            if dtype_error is not None:
-                raise dtype_error
-            try:
-                loss = self.loss_fn(outputs, labels)
-            except Exception as exc:  # labels outside the classes: name the sample, not paddle's kernel
-                error = label_error(outputs, labels, self._current_batch_indices())
-                if error is None:
-                    raise
-                raise error from exc
+            loss = loss_of(self.loss_fn, outputs, labels, self._current_batch_indices)
         else:
-            loss = _loss_from_outputs(outputs, required=not return_outputs)
+            loss = loss_from_outputs(outputs, required=not return_outputs)
         return (loss, outputs) if return_outputs else loss
 
     def _current_batch_indices(self):
@@ -303,39 +261,14 @@ class Trainer(PaddleNLPAPI):
         k = self.args.gradient_accumulation_steps
         return self._train_sampler.batch_indices(self.state.step_in_epoch * k + self.state.micro_step)
 
-    def _forward(self, model, batch):
-        """Run the model on a batch; return (outputs, labels or None)."""
-        if isinstance(batch, Mapping):  # dict, paddlenlp BatchEncoding, ...: keyword arguments
-            keys = self.args.label_names or ["labels"]
-            labels = labels_of(batch, keys)
-            if self.loss_fn is not None and labels is not None:
-                return model(**{k: v for k, v in batch.items() if k not in keys}), labels
-            return model(**batch), labels
-        if isinstance(batch, (list, tuple)):
-            if len(batch) == 1:
-                return model(batch[0]), None
-            return model(*batch[:-1]), batch[-1]
-        return model(batch), None
-
     def training_step(self, model: paddle.nn.Layer, batch: Any) -> paddle.Tensor:
         """Forward (inside the callbacks' contexts), backward; returns the detached loss."""
         with self.callbacks.forward_context(self):
             loss = self.compute_loss(model, batch)
-        _check_loss(loss)
-        n = self.state.num_micro_batches
-        if self.loss_share != 1.0:  # a piece of a data batch (auto_find_batch_size): weighted by its share
-            self.state.loss = loss * (self.loss_share / n)
-        else:
-            self.state.loss = loss / n if n > 1 else loss
+        check_loss(loss)
+        self.state.loss = micro_batch_share(loss, self.loss_share, self.state.num_micro_batches)
         self.fire(Event.BACKWARD_BEGIN)
-        try:
-            self.state.loss.backward()
-        except (OSError, RuntimeError) as exc:  # a loss inside the model with float class labels: say so in one line
-            error = backward_dtype_error(exc, labels_of(batch, self.args.label_names or ["labels"])
-                                         if isinstance(batch, Mapping) else (batch[-1] if isinstance(batch, (list, tuple)) else None))
-            if error is None:
-                raise
-            raise error from None
+        backward(self.state.loss, batch, self.args.label_names)  # float class labels: a DataError of one line
         self.fire(Event.BACKWARD_END)
         # the graph's nodes (~1,800 small host blocks for a 10-layer Llama) die here, not after the next forward:
         # kept to then, they sit among the next step's activations and fragment the heap (issue 41)
@@ -349,14 +282,7 @@ class Trainer(PaddleNLPAPI):
         without labels and a ``loss_fn`` gives predictions only."""
         labels = labels_of(batch, self.args.label_names or ["labels"])
         with self.callbacks.forward_context(self):
-            if labels is None and self.loss_fn is not None:  # unlabelled data: predictions only
-                outputs, _ = self._forward(model, batch)
-                return _loss_from_outputs(outputs, required=False), logits_from_outputs(outputs), None
-            if _accepts_return_outputs(self.compute_loss):
-                loss, outputs = self.compute_loss(model, batch, return_outputs=True)
-            else:  # an override written compute_loss(model, batch): its loss, then the outputs
-                loss = self.compute_loss(model, batch)
-                outputs, _ = self._forward(model, batch)
+            loss, outputs = eval_loss(self.compute_loss, model, batch, labels, self.args.label_names, self.loss_fn)
         return loss, logits_from_outputs(outputs), labels
 
     # ---- fit ------------------------------------------------------------------
@@ -484,18 +410,9 @@ class Trainer(PaddleNLPAPI):
             if self._seeded_train is not None:
                 self._seeded_train.set_epoch(epoch)
             self.fire(Event.EPOCH_BEGIN)
-            batches = self._epoch_batches = _iterate(loader)
-            try:
-                try:
-                    self._train_epoch(batches)
-                finally:
-                    close_iterator(batches)  # its DataLoader workers end with the epoch, or with a stop/failure
-            except Exception as exc:  # paddle's SIGCHLD handler raises a SystemError wherever the main thread is
-                killed = killed_worker_of(exc)
-                if killed is None:
-                    raise
-                abandon_iterator(batches)
-                raise worker_killed(*killed) from None
+            batches = self._epoch_batches = epoch_iterator(loader)  # numpy's RNG left as it was
+            with epoch_of(batches):  # its DataLoader workers end with the epoch, or with a stop/failure
+                self._train_epoch(batches)
             if state.step_in_epoch >= state.steps_per_epoch:  # the epoch ran to its end
                 state.epoch = epoch + 1
                 state.step_in_epoch = 0
@@ -548,20 +465,7 @@ class Trainer(PaddleNLPAPI):
 
     def _next_batch(self, batches):
         start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            raise DataError("the training dataloader ran out of batches before the epoch's last step: "
-                            "a custom get_train_dataloader must yield the sampler's batches") from None
-        except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
-            if "Blocking queue is killed" not in str(exc):
-                raise
-            killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
-            abandon_iterator(batches)
-            if killed:
-                raise worker_killed(*killed[0]) from None
-            raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
-                            f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
+        batch = next_batch(batches)  # a dry loader, a failed or killed worker: one line (trainer.data.loader)
         waited = time.perf_counter() - start
         self.state.last_data_wait += waited
         self.state.data_wait_time += waited
@@ -752,25 +656,8 @@ class Trainer(PaddleNLPAPI):
 
 
 # ---- small helpers ------------------------------------------------------------
-def _iterate(loader):
-    """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
-    workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one
-    iterator more than the uninterrupted run, which would shift every later numpy draw. The base seed
-    is unused here: SeededDataset seeds each sample from (seed, epoch, index)."""
-    saved, before = np.random.get_state(), live_children()
-    try:
-        return iter(loader)
-    except BaseException as exc:  # e.g. a dead worker's signal inside the start of this iterator: no one has it
-        end_cut_start(exc, before)
-        raise
-    finally:
-        np.random.set_state(saved)
-
-
 def _saved_at_current_step(state: TrainerState) -> bool:
     return bool(state.last_checkpoint) and os.path.basename(state.last_checkpoint) == f"step-{state.global_step}"
-
-
 
 
 def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) -> dict:
@@ -779,36 +666,3 @@ def _train_speed(start: float, samples0: int, steps0: int, state: TrainerState) 
     return {"train_runtime": round(runtime, 4),
             "train_samples_per_second": round((state.samples_seen - samples0) / runtime, 4),
             "train_steps_per_second": round((state.global_step - steps0) / runtime, 4)}
-
-
-def _check_loss(loss: Any) -> None:
-    if not isinstance(loss, paddle.Tensor):
-        raise TrainingError(f"compute_loss returned {type(loss).__name__}, not a paddle.Tensor: return the loss tensor")
-    if math.prod(loss.shape) != 1:  # from the shape: Tensor.size is a paddle call, and this runs every step
-        raise TrainingError(f"compute_loss returned a tensor of shape {list(loss.shape)}, not a scalar: "
-                            "reduce it (e.g. loss.mean())")
-
-
-def _accepts_return_outputs(method) -> bool:
-    import inspect
-
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-    return "return_outputs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _loss_from_outputs(outputs: Any, required: bool = True):
-    if isinstance(outputs, paddle.Tensor):
-        return outputs if outputs.size == 1 or required else None
-    if isinstance(outputs, dict) and "loss" in outputs:
-        return outputs["loss"]
-    if hasattr(outputs, "loss") and getattr(outputs, "loss") is not None:
-        return outputs.loss
-    if isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], paddle.Tensor) and outputs[0].size == 1:
-        return outputs[0]
-    if not required:
-        return None
-    raise TrainingError("the model's output holds no loss and no loss_fn was given: "
-                        "pass Trainer(loss_fn=...) or return the loss from the model")

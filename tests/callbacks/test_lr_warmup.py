@@ -1,4 +1,4 @@
-"""LRWarmup and trainer.schedules: the learning rate read from the optimizer in real Trainer runs."""
+"""LRWarmup and trainer.optim.schedules: the learning rate read from the optimizer in real Trainer runs."""
 
 import doctest
 import json
@@ -10,11 +10,11 @@ import pytest
 from helpers import ToyDataset, make_mlp
 
 import callbacks.lr_warmup
-import trainer.schedules
+import trainer.optim.schedules
 from callbacks import Callback, LRWarmup
 from trainer import Trainer, TrainingArguments
 from trainer.errors import ConfigError
-from trainer.schedules import WarmupDecay, WithWarmup
+from trainer.optim.schedules import WarmupDecay, WithWarmup
 
 
 class RecordLR(Callback):
@@ -181,5 +181,5 @@ def test_bad_options_and_unwrappable_scheduler(tmp_path):
 
 
 def test_docstring_examples():
-    for module in (trainer.schedules, callbacks.lr_warmup):
+    for module in (trainer.optim.schedules, callbacks.lr_warmup):
         assert doctest.testmod(module).failed == 0

@@ -69,3 +69,16 @@ def test_a_stream_evaluates_and_predicts(tmp_path):
     metrics = trainer.evaluate(Stream(20))
     assert metrics["eval_samples"] == 20 and np.isfinite(metrics["eval_loss"])
     assert trainer.predict(Stream(12)).predictions.shape == (12, 2)
+
+
+def test_a_stateful_stream_brings_its_state_callback_and_a_later_fit_without_one_drops_it(tmp_path):
+    """The trainer adds callbacks.iterable_dataset_state for a stream with state_dict/load_state_dict (the data
+    room defines no callback); a second fit() on a stream without them leaves none behind."""
+    from callbacks.iterable_dataset_state import IterableDatasetState
+
+    trainer = fit(tmp_path, StatefulStream(), max_steps=2)
+    carried = [cb for cb in trainer.callbacks if isinstance(cb, IterableDatasetState)]
+    assert len(carried) == 1 and carried[0].batches.dataset is trainer.train_dataset
+    trainer.train_dataset = Stream()
+    trainer.fit()
+    assert trainer.callbacks.get(IterableDatasetState) is None

@@ -62,11 +62,11 @@ def test_docstring_examples_of_the_gpu_seams():
     import doctest
 
     import models.resnet.transforms
-    import trainer.clipping
+    import trainer.optim.clipping
     import trainer.device
     import trainer.deploy.export
     import trainer.tensors
 
-    for module in (trainer.clipping, trainer.device, trainer.tensors, trainer.deploy.export, models.resnet.transforms):
+    for module in (trainer.optim.clipping, trainer.device, trainer.tensors, trainer.deploy.export, models.resnet.transforms):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__

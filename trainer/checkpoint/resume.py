@@ -44,6 +44,8 @@ import os
 from typing import Optional
 
 from .. import distributed as dist
+from ..data.iterable import is_iterable
+from ..data.loader import dataset_length
 from ..errors import ConfigError, DataError, option
 from . import RESUME_ENV
 from .fingerprint import checked, data_changes, data_fingerprint
@@ -166,9 +168,6 @@ def read_meta(path: str) -> dict:
 
 def _dataset_len(trainer) -> Optional[int]:
     """The training set's sample count; None for an IterableDataset (a stream has no length to compare)."""
-    from ..data.iterable import is_iterable
-    from ..data.loader import dataset_length
-
     if is_iterable(trainer.train_dataset):
         return None
     return dataset_length(trainer.train_dataset, "training")

@@ -21,7 +21,7 @@ PaddleNLP's fields without an option here are ``trainer.args.paddlenlp_fields``
 
 May import: ``trainer.args`` (the arguments PaddleNLP's are converted into),
 ``trainer.errors``, ``trainer.distributed``, ``trainer.recipe`` (the recipe PaddleNLP's
-extends), ``trainer.data`` (a batch's size), ``trainer.checkpoint`` (``fence``:
+extends), ``trainer.loss`` (``train()``'s loss summed on the device), ``trainer.data`` (a batch's size), ``trainer.checkpoint`` (``fence``:
 ``save_model`` writes into the run's output_dir) and ``callbacks`` (``callbacks.base``:
 the adapters are callbacks). Never the loop itself or models.
 

@@ -31,7 +31,7 @@ from typing import Optional
 from callbacks.base import Callback
 
 from ..checkpoint import fence
-from ..loss_window import LossWindow
+from ..loss import LossWindow
 
 logger = logging.getLogger("trainer")
 

@@ -1,7 +1,8 @@
 """Data for the loop: samplers, loaders, streams, column filtering, and what a batch holds.
 
 Owns: the resumable training sampler (with the check of the dataset's length at each
-epoch's start) and the sharded evaluation sampler (``samplers``), loaders and their workers (``loader``), reading the next batches
+epoch's start) and the sharded evaluation sampler (``samplers``), loaders and their workers, the trainer's
+loaders, an epoch's iterator and its next batch (``loader``), reading the next batches
 in a thread while the step runs (``read_ahead``; python's and numpy's RNG states read
 cheaply and put back: ``host_rng``), how batches come from the
 workers (``worker_batches``: fetched whole, handed over through shared-memory
@@ -12,12 +13,14 @@ assembled itself (``batch``: ``AssembledBatch``, handed on without being collate
 again, its arrays from ``batch_array``, in a worker the batch's slot).
 
 May import: ``trainer.errors``, ``trainer.process`` (DataLoader workers die with
-the training process) and ``callbacks.base`` (a stream's position travels in
-checkpoints as a callback's state); never the loop, checkpoints, the launcher or
-the commands.
+the training process); never the loop, callbacks (a stream's position travels in
+checkpoints through a callback that imports this room), checkpoints, the launcher
+or the commands.
 
-Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.checkpoint.resume``
-(the training set's length), tasks that bring their own sampler
+Used by: ``trainer.Trainer`` and ``trainer.evaluation``, ``trainer.loss`` (a batch's labels, the sample behind a
+bad one), ``trainer.recipe`` and ``trainer.compat.paddlenlp_recipe`` (the training order), ``trainer.auto_batch``
+and ``trainer.parallel.pipeline`` (a batch's size), ``trainer.checkpoint.resume`` (the training set's length),
+``callbacks.iterable_dataset_state`` (a stream's position), tasks that bring their own sampler
 (``models.ernie.batching``) or build their own batches (``models.resnet.turbo``).
 """
 

@@ -55,7 +55,7 @@ def default_collate(samples):
 
 
 def labels_of(batch: Any, keys=("labels",)):
-    """The labels ``Trainer._forward`` uses: a mapping's label key (a tuple for several ``keys``), the last
+    """The labels ``trainer.loss.forward`` uses: a mapping's label key (a tuple for several ``keys``), the last
     item of a sequence of 2+; None when absent."""
     if isinstance(batch, Mapping):
         found = [batch[k] for k in keys if k in batch]

@@ -13,7 +13,8 @@ when the dataset has it).
   used for a stream (a warning says so).
 - **Resume rule**: when the dataset has ``state_dict()`` and
   ``load_state_dict()``, its state (one per rank) travels in every checkpoint
-  and a resumed run continues exactly where the stream was; otherwise the
+  and a resumed run continues exactly where the stream was
+  (``callbacks.iterable_dataset_state``, which the trainer adds); otherwise the
   resumed run skips the batches already consumed (reading them again), with
   a warning.
 - **Evaluation / prediction** read the stream once, sharded the same way;
@@ -26,8 +27,6 @@ import logging
 from typing import Callable, Optional
 
 import paddle
-
-from callbacks.base import Callback
 
 from ..errors import DataError
 from .loader import to_tensors
@@ -123,44 +122,6 @@ class IterableEval:
         return _batched(_rank_share(self.dataset, self.rank, self.world), self.batch_size, self.collate_fn, False)
 
 
-class IterableDatasetState(Callback):
-    """Carries the stream's ``state_dict()`` of every rank in checkpoints (added by the trainer)."""
-
-    order = 190
-
-    def __init__(self, batches: IterableBatches):
-        self.batches = batches
-        self._states: list = []
-
-    @property
-    def state_key(self) -> str:
-        return "IterableDataset"
-
-    def on_save_begin(self, trainer):  # every rank: gather the per-rank states to rank 0
-        own = {"dataset": self.batches.dataset.state_dict(), "position": list(self.batches.position)}
-        if trainer.world_size > 1:
-            gathered: list = []
-            paddle.distributed.all_gather_object(gathered, (self.batches.rank, own))
-            # one state per data rank: the ranks of a tensor/pipeline-parallel group read the same stream
-            self._states = [state for _, state in sorted(dict(gathered).items())]
-        else:
-            self._states = [own]
-
-    def state_dict(self) -> dict:
-        return {"per_rank": self._states}
-
-    def load_state_dict(self, state: dict) -> None:
-        states = state.get("per_rank") or []
-        if len(states) != self.batches.world:
-            logger.warning("the checkpoint holds IterableDataset state for %d processes, this run has %d: "
-                           "skipping consumed batches instead", len(states), self.batches.world)
-            return
-        own = states[self.batches.rank]
-        self.batches.dataset.load_state_dict(own["dataset"])
-        self.batches.position = tuple(own["position"])
-        self.batches.restored = True
-
-
 def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
     """The training 'loader' of an IterableDataset (see the module docstring)."""
     from paddle.io.dataloader.collate import default_collate_fn
@@ -172,16 +133,10 @@ def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
     if a.dataloader_num_workers > 0 and trainer.is_main_process:
         logger.warning("dataloader_num_workers=%d is not used for an IterableDataset: it is read in the main process",
                        a.dataloader_num_workers)
-    batches = IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.layout.data_rank,
-                              trainer.layout.data_world_size,
-                              collate_fn or default_collate_fn, a.max_steps * a.gradient_accumulation_steps,
-                              a.dataloader_drop_last)
-    stateful = callable(getattr(trainer.train_dataset, "state_dict", None)) and \
-        callable(getattr(trainer.train_dataset, "load_state_dict", None))
-    trainer.callbacks.remove(IterableDatasetState)
-    if stateful:
-        trainer.callbacks.add(IterableDatasetState(batches))
-    return batches
+    return IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.layout.data_rank,
+                           trainer.layout.data_world_size,
+                           collate_fn or default_collate_fn, a.max_steps * a.gradient_accumulation_steps,
+                           a.dataloader_drop_last)
 
 
 def eval_batches(trainer, dataset, collate_fn: Optional[Callable]) -> IterableEval:

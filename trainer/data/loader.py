@@ -1,9 +1,13 @@
 """Loading batches: map-style dataset checks, per-sample seeding for workers, the in-process loader, and
-``paddle.io.DataLoader`` with workers that die with the training process.
+``paddle.io.DataLoader`` with workers that die with the training process; the trainer's map-style loaders
+(:func:`train_loader`, :func:`eval_loader`); an epoch's iterator started without
+moving numpy's RNG (:func:`epoch_iterator`), its batches read with the loader's failures said in one line
+(:func:`next_batch`), and closed with the epoch (:func:`epoch_of`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import random
@@ -17,10 +21,11 @@ import paddle
 from paddle.base import core
 from paddle.base.framework import _current_expected_place, _current_expected_place_, _set_expected_place
 from paddle.io import BatchSampler
-from ..errors import DataError, WorkerKilled
+from ..errors import DataError, WorkerKilled, option
 from .batch import default_collate
 from .batch_errors import load_batch
 from .read_ahead import ReadAhead
+from .samplers import ShardedEvalSampler
 from .worker_batches import WorkerLoader, abandon_iterator
 
 
@@ -267,3 +272,83 @@ def shutdown_workers(*loaders) -> None:
         shutdown = getattr(loader, "shutdown", None)
         if callable(shutdown):
             shutdown()
+
+
+def train_loader(trainer, collate_fn, persistent_workers: bool):
+    """A map-style training set's ``(sampler, SeededDataset or None, loader)``: the run's recipe orders it
+    (``trainer.recipe``: ours, or PaddleNLP's); with workers each sample is fetched under a seed of
+    (seed, epoch, index), so that the workers' randomness is exact on resume."""
+    a = trainer.args
+    n = dataset_length(trainer.train_dataset, "training")
+    sampler = trainer.recipe.train_sampler(trainer, n)
+    if sampler.batches_per_epoch() == 0:
+        raise DataError(f"the training dataset has {n} samples, fewer than one batch per process with "
+                        f"dataloader_drop_last: lower per_device_train_batch_size or set "
+                        f"{option('dataloader_drop_last', False)}")
+    seeded = SeededDataset(trainer.train_dataset, a.seed) if a.dataloader_num_workers > 0 else None
+    loader = make_loader(trainer.train_dataset if seeded is None else seeded, sampler, collate_fn,
+                         a.dataloader_num_workers, read_ahead=a.dataloader_read_ahead,
+                         persistent_workers=persistent_workers)
+    return sampler, seeded, loader
+
+
+def eval_loader(dataset, collate_fn, args, readers: int, rank: int, persistent_workers: bool):
+    """A map-style evaluation set's loader: a contiguous, unpadded shard for each of ``readers`` data ranks."""
+    n = dataset_length(dataset, "evaluation")
+    if n < readers:
+        raise DataError(f"the evaluation dataset has {n} samples, fewer than the {readers} processes: "
+                        "give more samples or run with fewer processes")
+    sampler = ShardedEvalSampler(n, args.per_device_eval_batch_size, readers, rank)
+    return make_loader(dataset, sampler, collate_fn, args.dataloader_num_workers, read_ahead=args.dataloader_read_ahead,
+                       persistent_workers=persistent_workers)
+
+
+def epoch_iterator(loader):
+    """``iter(loader)`` without moving numpy's global RNG. paddle's multi-process iterator draws its
+    workers' base seed from it (``np.random.randint``) once per epoch, and a resumed run creates one
+    iterator more than the uninterrupted run, which would shift every later numpy draw. The base seed
+    is unused here: SeededDataset seeds each sample from (seed, epoch, index)."""
+    saved, before = np.random.get_state(), live_children()
+    try:
+        return iter(loader)
+    except BaseException as exc:  # e.g. a dead worker's signal inside the start of this iterator: no one has it
+        end_cut_start(exc, before)
+        raise
+    finally:
+        np.random.set_state(saved)
+
+
+def next_batch(batches):
+    """``next(batches)`` in a training epoch: a loader that runs dry before the epoch's last step, or whose
+    worker raised or was killed, is a :class:`DataError` or :class:`WorkerKilled` of one line."""
+    try:
+        return next(batches)
+    except StopIteration:
+        raise DataError("the training dataloader ran out of batches before the epoch's last step: "
+                        "a custom get_train_dataloader must yield the sampler's batches") from None
+    except SystemError as exc:  # paddle's multi-process loader hides the worker's exception behind this
+        if "Blocking queue is killed" not in str(exc):
+            raise
+        killed = killed_workers(batches)  # before abandon_iterator, which SIGKILLs what is left
+        abandon_iterator(batches)
+        if killed:
+            raise worker_killed(*killed[0]) from None
+        raise DataError("a DataLoader worker raised while loading a batch (its error is printed above); "
+                        f"run with {option('dataloader_num_workers', 0)} to get that error raised here") from None
+
+
+@contextlib.contextmanager
+def epoch_of(batches):
+    """An epoch over ``batches``: its DataLoader workers end with it, or with a stop or a failure; a worker a signal
+    killed (paddle's SIGCHLD handler raises a SystemError wherever the main thread is) is a :class:`WorkerKilled`."""
+    try:
+        try:
+            yield batches
+        finally:
+            close_iterator(batches)
+    except Exception as exc:
+        killed = killed_worker_of(exc)
+        if killed is None:
+            raise
+        abandon_iterator(batches)
+        raise worker_killed(*killed) from None

@@ -32,10 +32,10 @@ import paddle
 from paddle.distributed import fleet
 
 from .. import distributed as dist
-from ..clipping import clip_grad_norm
 from ..errors import ConfigError, option
 from ..layout import Layout
 from ..layout.slices import tensor_parallel_splits
+from ..optim.clipping import clip_grad_norm
 from .grad_sync import GradSync
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute, switches_own_recompute

@@ -89,10 +89,10 @@ def test_workers_of_an_iterator_whose_start_was_cut_are_ended_so_the_process_can
     """Those workers belong to no iterator; paddle's workers ignore the SIGTERM that multiprocessing's exit
     handler sends before it joins them, so the process hung at exit (seen under load: a WorkerKilled run printed
     its error and never ended). The trainer's iter() shuts the cut iterator down and SIGKILLs the workers it had forked."""
-    from trainer.trainer import _iterate
+    from trainer.data.loader import epoch_iterator
 
     loader = StartCutBySignal()
     with pytest.raises(SystemError, match="killed by signal"):
-        _iterate(loader)
+        epoch_iterator(loader)
     assert len(loader.workers) == 2 and not any(w.is_alive() for w in loader.workers)
     assert loader.started._shutdown  # its __del__ at interpreter exit has nothing left to wait for

@@ -35,7 +35,7 @@ from typing import Sequence, Union
 import paddle
 from paddle.optimizer.lr import LRScheduler
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DECAYS = ("constant", "linear", "cosine", "step", "multistep")
 
@@ -180,7 +180,7 @@ def linear_scaling_factor(scale_lr_by_batch, global_batch_size: int) -> float:
 def build_scheduler(args, total_steps: int, steps_per_epoch: int, peak_lr: float) -> WarmupDecay:
     """The schedule ``TrainingArguments`` asks for (step/multistep given in epochs).
 
-    ``peak_lr`` comes from ``Trainer._peak_lr``, which already applied the linear
+    ``peak_lr`` comes from ``trainer.optim.optimizer.peak_lr``, which already applied the linear
     scaling rule when ``args.scale_lr_by_batch`` is set; ``lr_scale`` records
     the factor so nothing applies it again.
     """

@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from trainer.loss_window import LossWindow
+from trainer.loss import LossWindow
 
 
 def sequential(start, losses):
@@ -36,3 +36,12 @@ def test_an_empty_window_sums_to_zero_and_a_reset_starts_over():
     window.add(paddle.to_tensor(np.float32(1.5)))
     window.add(paddle.to_tensor(np.float16(2.0)))  # other dtypes are summed as float32
     assert window.total().dtype == paddle.float32 and float(window.total()) == 3.5
+
+
+def test_docstring_examples():
+    import doctest
+
+    import trainer.loss
+
+    result = doctest.testmod(trainer.loss)
+    assert result.failed == 0 and result.attempted > 0
