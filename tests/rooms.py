@@ -230,3 +230,32 @@ def _one_circle(component: Set[str], graph, edges) -> List[Import]:
 def describe(circle: List[Import]) -> str:
     return " -> ".join([circle[0].source] + [i.target for i in circle]) + " (" + \
         ", ".join(f"{i.where()} imports {i.target}" for i in circle) + ")"
+
+
+def floors(house: House) -> Dict[int, List[str]]:
+    """The rooms by floor: a room stands one floor above the highest room it imports (floor 1 imports none)."""
+    below: Dict[str, Set[str]] = defaultdict(set)
+    for imp in house.imports:
+        a, b = house.room(imp.source), house.room(imp.target)
+        if a != b:
+            below[a].add(b)
+    rooms = {house.room(m) for m in house.files}
+    floor: Dict[str, int] = {}
+
+    def of(room: str) -> int:  # the room graph has no circle (test_arrows_between_rooms_run_one_way)
+        if room not in floor:
+            floor[room] = 1 + max((of(b) for b in below[room]), default=0)
+        return floor[room]
+
+    by_floor: Dict[int, List[str]] = defaultdict(list)
+    for room in sorted(rooms):
+        by_floor[of(room)].append(room)
+    return dict(by_floor)
+
+
+if __name__ == "__main__":  # python tests/rooms.py: the rooms by floor, top floor first
+    import sys
+
+    here = House(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for number, names in sorted(floors(here).items(), reverse=True):
+        print(f"{number:>2}  {', '.join(names)}")

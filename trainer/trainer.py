@@ -57,8 +57,9 @@ from .heap import frozen_heap
 from .loss import (LossWindow, backward, check_loss, eval_loss, forward, loss_from_outputs, loss_of,
                    micro_batch_share)
 from .memory_stats import peak_memory_record
+from .optim.clipping import clip_before_step, optimizer_grad_clip
 from .optim.optimizer import build_optimizer, peak_lr
-from .parallel.apply import agreeing_scaler, clip_before_step, optimizer_grad_clip, parallelize
+from .parallel.apply import agreeing_scaler, parallelize
 from .seed import set_seed
 from .state import TrainerState
 

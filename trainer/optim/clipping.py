@@ -8,6 +8,11 @@ and raises on that mix, and on CPU ``p_norm`` has no float16 kernel at all.
 float32, and scales every gradient in place by the coefficient cast to that
 gradient's own dtype. Everything stays on the device: no host sync.
 
+Where the clip runs is the run's layout's to say (``layout.clips_in_optimizer``: sharding, tensor and pipeline
+parallel, master gradients): :func:`optimizer_grad_clip` is the ``grad_clip`` the optimizer is built with (paddle's
+``ClipGradByGlobalNorm``, whose norm paddle reduces over the groups), :func:`clip_before_step` the loop's clip
+before the step (None where the optimizer clips).
+
 Example::
 
     >>> import paddle
@@ -19,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 import paddle
 
@@ -57,3 +62,21 @@ def _clip(grads, max_norm: float) -> paddle.Tensor:
             scale = by_dtype[g.dtype] = coef if g.dtype == paddle.float32 else coef.astype(g.dtype)
         g.multiply_(scale)
     return total
+
+
+def optimizer_grad_clip(layout, max_norm: Optional[float]):
+    """The ``grad_clip`` an optimizer must be built with: paddle's ``ClipGradByGlobalNorm`` when the layout
+    clips inside the optimizer step (``layout.clips_in_optimizer``) and clipping is on, else None."""
+    if layout.clips_in_optimizer and max_norm:
+        return paddle.nn.ClipGradByGlobalNorm(clip_norm=float(max_norm))
+    return None
+
+
+def clip_before_step(layout, parameters: Iterable[paddle.Tensor], max_norm: float,
+                     clip=clip_grad_norm) -> Optional[paddle.Tensor]:
+    """The loop's clip: by the global norm here with ``clip`` (the run's recipe: ours or PaddleNLP's arithmetic;
+    returned as a device tensor), or None when paddle's optimizer clips inside its step (sharding: the gradients
+    are reduced, and split, only there)."""
+    if layout.clips_in_optimizer:
+        return None
+    return clip(parameters, max_norm)

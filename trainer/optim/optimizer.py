@@ -3,7 +3,7 @@
 Weight decay goes to the parameters the run's recipe names (``trainer.recipe``: ours, those with 2+
 dims; PaddleNLP's, names without "bias" or "norm"). AdamW takes them through
 ``apply_decay_param_fun``; Momentum and SGD through two parameter groups, except when the optimizer
-clips itself (``grad_clip``, which the layout asks for: ``trainer.parallel.apply.optimizer_grad_clip``):
+clips itself (``grad_clip``, which the layout asks for: ``trainer.optim.clipping.optimizer_grad_clip``):
 paddle clips each group by its own norm, so the parameters then stay one group and weight decay is
 refused.
 

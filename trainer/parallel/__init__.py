@@ -10,8 +10,7 @@ the step's last backward, or deferred to one fused all-reduce after it). The hyb
 when a degree is above 1, as PaddleNLP does.
 
 May import: paddle, ``trainer.errors``, ``trainer.distributed``, ``trainer.layout`` (the Layout it applies, which
-parameters fleet split), ``trainer.optim`` (``optim.clipping``: the loop's clip), ``trainer.data`` (``data.batch``: a
-batch's size and labels). Never the trainer loop, checkpoints, callbacks or models.
+parameters fleet split), ``trainer.data`` (``data.batch``: a batch's size and labels). Never the trainer loop, checkpoints, callbacks or models.
 
 Used by: ``trainer.trainer`` (``parallelize``) and ``trainer.args`` (``init_topology``, before a tensor- or
 pipeline-parallel model is built); callbacks, metrics and checkpoints read ``trainer.layout`` and never branch

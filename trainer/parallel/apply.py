@@ -17,8 +17,9 @@ parameters then: gradient buckets and shards are built for the dtypes the parame
 
 Gradient clipping under sharding, tensor and pipeline parallel runs inside paddle's optimizer step
 (``ClipGradByGlobalNorm``, which paddle turns into a clip whose norm is reduced over the sharding group, and
-under fleet's HybridParallelOptimizer over the model- and pipeline-parallel groups too): :func:`optimizer_grad_clip`
-gives the optimizer the trainer builds its clip, :func:`clip_before_step` is the loop's clip.
+under fleet's HybridParallelOptimizer over the model- and pipeline-parallel groups too): the layout says so
+(``clips_in_optimizer``), ``trainer.optim.clipping`` gives the optimizer its clip or clips in the loop, and
+:func:`parallelize` refuses an optimizer of the user's built without one.
 Everything here is paddle's own engine; nothing is a home-made collective.
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 import paddle
 from paddle.distributed import fleet
@@ -35,7 +36,6 @@ from .. import distributed as dist
 from ..errors import ConfigError, option
 from ..layout import Layout
 from ..layout.slices import tensor_parallel_splits
-from ..optim.clipping import clip_grad_norm
 from .grad_sync import GradSync
 from .pipeline import PipelineInference, PipelineSteps, require_pipeline_model
 from .recompute import apply_recompute, switches_own_recompute
@@ -62,24 +62,6 @@ class Parallelized:
     def __post_init__(self):
         if self.grad_sync is None:
             self.grad_sync = GradSync(self.model)  # no DataParallel: nothing to do
-
-
-def optimizer_grad_clip(layout: Layout, max_norm: Optional[float]):
-    """The ``grad_clip`` an optimizer must be built with: paddle's ``ClipGradByGlobalNorm`` when the layout
-    clips inside the optimizer step (``layout.clips_in_optimizer``) and clipping is on, else None."""
-    if layout.clips_in_optimizer and max_norm:
-        return paddle.nn.ClipGradByGlobalNorm(clip_norm=float(max_norm))
-    return None
-
-
-def clip_before_step(layout: Layout, parameters: Iterable[paddle.Tensor], max_norm: float,
-                     clip=clip_grad_norm) -> Optional[paddle.Tensor]:
-    """The loop's clip: by the global norm here with ``clip`` (the run's recipe: ours or PaddleNLP's arithmetic;
-    returned as a device tensor), or None when paddle's optimizer clips inside its step (sharding: the gradients
-    are reduced, and split, only there)."""
-    if layout.clips_in_optimizer:
-        return None
-    return clip(parameters, max_norm)
 
 
 def parallelize(model: paddle.nn.Layer, optimizer, layout: Layout, args, scaler=None) -> Parallelized:
