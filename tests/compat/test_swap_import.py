@@ -10,10 +10,13 @@ same hook calls in the same order, and the files a PaddleNLP user relies on
 are written (save_model's directory loads with from_pretrained).
 """
 
+import contextlib
 import difflib
 import importlib.util
+import io
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -23,7 +26,15 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("paddlenlp") is None, r
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compat_helpers import OUR_IMPORT, PADDLENLP_IMPORT, SCRIPT, make_tiny_ernie, run_script, script_source, write_data  # noqa: E402
+from compat_helpers import (  # noqa: E402
+    OUR_IMPORT,
+    PADDLENLP_IMPORT,
+    SCRIPT,
+    make_tiny_ernie,
+    run_script,
+    script_source,
+    write_data,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +49,11 @@ def runs(tmp_path_factory):
     out = {}
     for name, ours, our_arguments in (("paddlenlp", False, False), ("ours", True, False), ("ours+args", True, True)):
         argv = common + ["--output_dir", str(tmp / name), "--early_stopping_patience", "3"]
-        out[name] = run_script(script_source(ours, our_arguments), argv, str(tmp), name.replace("+", "_"))
+        console = io.StringIO()
+        with contextlib.redirect_stdout(console):  # what the user's terminal shows (both trainers print to stdout)
+            out[name] = run_script(script_source(ours, our_arguments), argv, str(tmp), name.replace("+", "_"))
+        out[name]["console"] = console.getvalue()
+        sys.stdout.write(out[name]["console"])
         out[name]["dir"] = str(tmp / name)
     return out
 
@@ -60,6 +75,15 @@ def test_both_trainers_finish_with_the_same_accuracy(runs):
     assert abs(ours["test_accuracy"] - theirs["test_accuracy"]) <= 0.15
     # PaddleNLP's arguments bring PaddleNLP's numbers (trainer.compat.paddlenlp_recipe): the same training loss
     assert abs(ours["train_loss"] - theirs["train_loss"]) <= 1e-6, (ours["train_loss"], theirs["train_loss"])
+
+
+def test_the_console_shows_each_training_log_with_report_to_none(runs):
+    """PaddleNLP's report_to names its integrations only: with none (and disable_tqdm) its console still shows each
+    training log record (its logger's lines on stderr); so does ours, one line per record (before: nothing)."""
+    with open(os.path.join(runs["paddlenlp"]["dir"], "trainer_state.json"), encoding="utf-8") as f:
+        theirs = [r for r in json.load(f)["log_history"] if "loss" in r]
+    ours = [line for line in runs["ours"]["console"].splitlines() if re.search(r"(^| )loss=", line)]
+    assert theirs and len(ours) == len(theirs), (theirs, ours)
 
 
 def test_swapping_training_arguments_too(runs):
