@@ -76,7 +76,7 @@ def test_paddlenlp_arguments_convert_field_by_field(tmp_path, caplog):
     a = trainer.args
     assert isinstance(a, TrainingArguments)
     assert (a.learning_rate, a.num_train_epochs, a.logging_steps, a.evaluation_strategy, a.eval_steps) == (0.02, 2.0, 7, "steps", 3)
-    assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["tqdm", "visualdl"], "cpu", False)
+    assert (a.max_grad_norm, a.per_device_train_batch_size, a.report_to, a.device, a.flush_at_end) == (1.0, 4, ["visualdl"], "cpu", False)
     assert (a.recompute, a.scale_loss) == (True, 1024.0)  # recompute acts (trainer.parallel); scale_loss has no effect
     assert trainer.layout.recompute is True
     warnings = [r.getMessage() for r in caplog.records if "without an effect here" in r.getMessage()]

@@ -29,6 +29,7 @@ import os
 from typing import Optional
 
 from callbacks.base import Callback
+from callbacks.logger import Rank0Logger
 
 from ..checkpoint import fence
 from ..loss import LossWindow
@@ -68,6 +69,10 @@ class PaddleNLPAPI:
             with contextlib.suppress(OSError):  # a path that cannot be made is reported by fit() (trainer.checkpoint)
                 os.makedirs(self.args.output_dir, exist_ok=True)
 
+        if paddlenlp_args is not None and not self.args.report_to and self.callbacks.get(Rank0Logger) is None:
+            # PaddleNLP's report_to names integrations only: its console (a progress bar, or a line per log with
+            # disable_tqdm) is on whatever it says. Ours too, the console alone: no file, records as PaddleNLP's
+            self.callbacks.add(Rank0Logger(report_to=["tqdm"]))
         handler = self.callbacks.get(PaddleNLPCallbacks)
         if handler is not None:
             handler.paddlenlp_args = paddlenlp_args

@@ -77,9 +77,6 @@ def convert_args(pargs: Any):
         values["eval_steps"] = values.get("logging_steps", 0)  # PaddleNLP's rule for an unset eval_steps
     if values.get("report_to") is None:
         values["report_to"] = ["visualdl"]
-    # PaddleNLP's report_to names integrations only: its console (the progress bar, or a line per log with
-    # disable_tqdm) is on whatever report_to says, so ours is too (tqdm: a line per log where there is no bar)
-    values["report_to"] = ["tqdm"] + [r for r in values["report_to"] if r not in ("none", "tqdm")]
     values["flush_at_end"] = False  # the last step is like any other, as in PaddleNLP
     if values.get("disable_tqdm") is None:
         values["disable_tqdm"] = False
