@@ -3,7 +3,9 @@ no circle of modules, counting imports inside functions; arrows between rooms ru
 ``May import:`` list is exactly what its modules import; trainer/ keeps at most 20 modules at its top and no
 module of the house grows past 700 lines. A failure names the file, the line and the import."""
 
+import ast
 import os
+import re
 import textwrap
 
 import pytest
@@ -31,6 +33,28 @@ def test_arrows_between_rooms_run_one_way():
 def test_a_room_imports_what_its_docstring_says(room):
     problems = HOUSE.broken_promises(room)
     assert not problems, "\n".join(problems)
+
+
+def _modules_of(room):
+    return [m.rsplit(".", 1)[1] for m, p in HOUSE.files.items()
+            if House.room(m) == room and m != room and not p.endswith("__main__.py")]
+
+
+@pytest.mark.parametrize("room", [r for r in HOUSE.rooms_with_a_face() if r.startswith("trainer.") or r == "callbacks"])
+def test_a_room_names_every_module_it_holds(room):
+    doc = ast.get_docstring(ast.parse(open(os.path.join(REPO, HOUSE.files[room]), encoding="utf-8").read())) or ""
+    unnamed = [m for m in _modules_of(room) if f"``{m}``" not in doc and f"``{m}." not in doc]
+    assert not unnamed, f"{HOUSE.files[room]}'s docstring does not name ``{'``, ``'.join(unnamed)}`` (say what each holds)"
+
+
+def test_the_architecture_page_names_every_module():
+    page = open(os.path.join(REPO, "docs", "explanation", "architecture.md"), encoding="utf-8").read()
+    tree = page[page.index("```text\ntrainer/"):]
+    tree = tree[:tree.index("\n```", 5)]
+    unnamed = [p for m, p in sorted(HOUSE.files.items()) if m.startswith(("trainer.", "callbacks."))
+               and not p.endswith(("__init__.py", "__main__.py"))
+               and not re.search(r"(?<![\w.])%s(\.py)?\b" % re.escape(m.rsplit(".", 1)[1]), tree)]
+    assert not unnamed, f"docs/explanation/architecture.md's tree does not name: {unnamed}"
 
 
 # who may import the top floors: the commands (trainer.cli) are imported by nobody, the launcher (trainer.launch) by

@@ -2,7 +2,9 @@
 
 Owns: the checkpoint format and its checks (``manifest``), the directory of
 checkpoints and the choice of the one to resume (``store``), what a checkpoint
-holds (``snapshot``, ``rng``), writing complete-or-nothing (``writer``; a sharded
+holds (``snapshot``, ``rng``; the tensors it must hold, checked against its files: ``contents``), the
+snapshot's host memory kept from save to save (``host_buffers``), safetensors written without holding the GIL
+(``tensor_file``), writing complete-or-nothing (``writer``; a sharded
 run's shards, every rank its own at once: ``sharded``), the sharded format that
 reshards onto any layout (``shards``: who writes what, putting tensors together),
 restoring a trainer (``load``),

@@ -1,7 +1,8 @@
 """The ``ptrain`` commands and the console.
 
 Owns: the argument parser and its usage text (``parser``), the entry point and
-the small commands (``commands``: list, predict, inspect, launch), a task's run
+the small commands (``commands``: list, predict, inspect, launch), ``ptrain serve``'s
+flags and command (``serve``), a task's run
 in this process and the script paddle's launcher runs for it (``run``,
 ``launch_entry``), the task registry (``tasks``), ``ptrain inspect``'s report
 (``describe``), ``ptrain verify-resume`` (``verify_resume``), ``ptrain visualdl``
