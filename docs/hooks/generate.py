@@ -1,9 +1,12 @@
-"""MkDocs hook: reference tables generated from the code at build time, so they cannot go stale.
+"""Reference tables generated from the code, so they cannot go stale.
 
-A page asks for a table with a marker line of its own, e.g. ``<!-- generated: training-arguments -->``;
-:func:`on_page_markdown` replaces it. Everything here reads the code without importing paddle (the
-``trainer`` modules used import only the standard library), so a build takes seconds and needs no
-network. The same functions are imported by tests/docs/test_site.py.
+A page asks for a table with a marker line of its own, e.g. ``<!-- generated: training-arguments -->``. Where the
+marker is followed by the table and ``<!-- end of generated -->``, the table is kept in the Markdown itself (readable
+where the Markdown is read: a clone, GitHub); ``python docs/hooks/generate.py`` writes those tables anew and
+tests/docs/test_site.py fails when one differs from the code. A lone marker (``ptrain-help``: argparse's layout
+varies with the Python version) is filled at build time only. As an MkDocs hook, :func:`on_page_markdown` fills
+every table when the site builds. Everything here reads the code without importing paddle (the ``trainer`` modules
+used import only the standard library), so a build takes seconds and needs no network.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
+END = "<!-- end of generated -->"
+# a marker alone, or a marker, the table kept in the Markdown and the end line
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$(\n.*?^<!-- end of generated -->$)?", re.M | re.S)
 
 
 def _cell(text: str) -> str:
@@ -118,14 +123,38 @@ GENERATORS = {
 }
 
 
-def expand(markdown: str) -> str:
+def expand(markdown: str, kept_only: bool = False) -> str:
+    """Every table of ``markdown`` as the code gives it now; ``kept_only``: only the tables kept in the Markdown
+    (with their markers, as they are committed), lone markers left as they are."""
     def replace(match):
-        name = match.group(1)
+        name, kept = match.group(1), match.group(2) is not None
         if name not in GENERATORS:
             raise ValueError(f"unknown generated section {name!r}: one of {', '.join(GENERATORS)}")
+        if kept_only:
+            return f"<!-- generated: {name} -->\n{GENERATORS[name]()}\n{END}" if kept else match.group(0)
         return GENERATORS[name]()
 
     return MARKER.sub(replace, markdown)
+
+
+def pages_with_tables() -> list:
+    """The Markdown files under docs/ that hold a generated table."""
+    docs = os.path.join(REPO, "docs")
+    return sorted(os.path.join(folder, name) for folder, _, names in os.walk(docs) for name in names
+                  if name.endswith(".md") and MARKER.search(open(os.path.join(folder, name), encoding="utf-8").read()))
+
+
+def write_kept_tables() -> list:
+    """Rewrite the tables kept in the Markdown from the code; the pages that changed."""
+    changed = []
+    for path in pages_with_tables():
+        text = open(path, encoding="utf-8").read()
+        fresh = expand(text, kept_only=True)
+        if fresh != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(fresh)
+            changed.append(os.path.relpath(path, REPO))
+    return changed
 
 
 def on_page_markdown(markdown, page, config, files, **kwargs):  # MkDocs hook
@@ -139,3 +168,8 @@ _LITERAL_MARK = re.compile(r"(\w)::</p>")
 def on_page_content(html, page, config, files, **kwargs):  # MkDocs hook
     """Docstrings use reST roles (``:class:`X```) and ``Example::``; show them as plain code and a colon."""
     return _LITERAL_MARK.sub(r"\1:</p>", _SPHINX_ROLE.sub("", html))
+
+
+if __name__ == "__main__":  # python docs/hooks/generate.py: the tables kept in the Markdown, written anew
+    for page in write_kept_tables():
+        print(f"wrote {page}")

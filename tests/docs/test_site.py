@@ -87,6 +87,18 @@ def test_the_arguments_table_follows_the_dataclass():
     assert "`brand_new_option` | `int` | `7` | a field the docs never mention |" in table
 
 
+def test_the_tables_kept_in_the_markdown_are_the_codes():
+    """A table kept in a page's Markdown (between its marker and ``<!-- end of generated -->``) is what the code
+    gives now: a field, event or layout added without running ``python docs/hooks/generate.py`` fails here."""
+    pages = generate.pages_with_tables()
+    assert len(pages) >= 5
+    stale = [os.path.relpath(p, REPO) for p in pages
+             if generate.expand(open(p, encoding="utf-8").read(), kept_only=True) != open(p, encoding="utf-8").read()]
+    assert not stale, f"stale generated tables in {stale}: run python docs/hooks/generate.py"
+    kept = "<!-- generated: events -->\nold\n<!-- end of generated -->\n"
+    assert generate.expand(kept, kept_only=True) != kept and "| `on_fit_begin`" in generate.expand(kept, kept_only=True)
+
+
 def test_an_unknown_generated_section_fails_the_build():
     with pytest.raises(ValueError, match="unknown generated section 'nope'"):
         generate.expand("<!-- generated: nope -->")
