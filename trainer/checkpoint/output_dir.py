@@ -71,18 +71,28 @@ def claim(args, is_main_process: bool, resume: Optional[str], continuing: str = 
     return Claim(lock, continuing)
 
 
+def earlier_run(output_dir: str, run_id: str, resume: Optional[str]) -> list:
+    """The checkpoints of another run that a fresh run in ``output_dir`` would meet (none when it resumes: it
+    continues the run it resumes; auto: the run ``latest`` names), newest first. Reads only."""
+    return [] if resume else [p for p in list_checkpoints(output_dir) if checkpoint_run_id(p) != run_id]
+
+
+def reuse_refusal(output_dir: str, others: list) -> ConfigError:
+    newest = os.path.basename(others[0])
+    return ConfigError(f"output_dir {output_dir} holds checkpoints of an earlier run (newest {newest}): continue "
+                       f"it with {option('resume_from_checkpoint', 'auto')}, start afresh with "
+                       f"{option('overwrite_output_dir', True)}, or use another {option('output_dir')}")
+
+
 def check_reuse(output_dir: str, run_id: str, resume: Optional[str], overwrite: bool) -> None:
     """Refuse (or, with ``overwrite``, clear) another run's checkpoints before a fresh run starts; then remove
     the results.json of a finished run (this one has not finished)."""
     root = checkpoints_dir(output_dir)
     _remove_overwritten(output_dir)
     remove_stale_temporaries(root)
-    others = [] if resume else [p for p in list_checkpoints(output_dir) if checkpoint_run_id(p) != run_id]
-    if others and not overwrite:  # (resuming continues the run it resumes; auto: the run `latest` names)
-        newest = os.path.basename(others[0])
-        raise ConfigError(f"output_dir {output_dir} holds checkpoints of an earlier run (newest {newest}): continue "
-                          f"it with {option('resume_from_checkpoint', 'auto')}, start afresh with "
-                          f"{option('overwrite_output_dir', True)}, or use another {option('output_dir')}")
+    others = earlier_run(output_dir, run_id, resume)
+    if others and not overwrite:
+        raise reuse_refusal(output_dir, others)
     if others:
         aside = os.path.join(output_dir, OVERWRITTEN + (run_id or str(os.getpid())))
         try:

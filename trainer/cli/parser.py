@@ -85,7 +85,7 @@ def build_parser(predict_help: bool = False, run_task: str = None) -> argparse.A
     add_launch_flags(run)
     if run_task:
         _add_task_options(run, run_task)
-    run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit")
+    run.add_argument("--dry_run", action="store_true", help="print the resolved arguments and callbacks, then exit (2, with the line, where the run would be refused)")
     run.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
     run.add_argument("--verbose", action="store_true", help="show everything the quiet console hides: INFO of "
                      "libraries, DEBUG lines, every warning, paddle's C++ log lines (docs/how-to/troubleshooting.md)")

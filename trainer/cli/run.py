@@ -91,6 +91,12 @@ def run_here(task, options, args, dry_run: bool) -> int:
         for path in made:  # deepest first; only while still empty
             with contextlib.suppress(OSError):
                 os.rmdir(path)
+        from ..checkpoint.output_dir import earlier_run, reuse_refusal
+
+        others = [] if args.overwrite_output_dir else earlier_run(args.output_dir, "", args.resume_from_checkpoint)
+        if others:  # what the run itself would say at once: the dry run says it too, with its exit code
+            print(f"ptrain: the run would be refused: {reuse_refusal(args.output_dir, others)}", file=sys.stderr)
+            return ConfigError.exit_code
         return 0
     state = trainer.fit()
     if state.status == "preempted":
