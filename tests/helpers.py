@@ -65,6 +65,13 @@ def params_of(model: paddle.nn.Layer) -> dict:
     return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
+def preemption_env(stall_seconds: float = 20) -> dict:
+    """A preempted run's environment: a rank with no step done for ``stall_seconds`` after the signal stops without
+    its save (``PTRAIN_PREEMPT_STALL_SECONDS``), the bound stretched by the machine's load when the run starts (a
+    rank of a loaded machine gets a sliver of a core)."""
+    return dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS=str(round(patience(stall_seconds))))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -103,13 +103,17 @@ class House:
     def module_circles(self) -> List[List[Import]]:
         return _circles({(i.source, i.target): i for i in self.imports})
 
-    def room_circles(self) -> List[List[Import]]:
-        edges: Dict[Tuple[str, str], Import] = {}
+    def room_arrows(self) -> Dict[Tuple[str, str], Import]:
+        """``{(room, room it imports): the first import that makes the arrow}``."""
+        arrows: Dict[Tuple[str, str], Import] = {}
         for imp in self.imports:
             a, b = self.room(imp.source), self.room(imp.target)
             if a != b:
-                edges.setdefault((a, b), imp)
-        return _circles(edges)
+                arrows.setdefault((a, b), imp)
+        return arrows
+
+    def room_circles(self) -> List[List[Import]]:
+        return _circles(self.room_arrows())
 
     def may_import(self, room: str) -> Optional[List[str]]:
         """The names of the room's ``May import:`` paragraph, or None where it has none."""
@@ -235,10 +239,8 @@ def describe(circle: List[Import]) -> str:
 def floors(house: House) -> Dict[int, List[str]]:
     """The rooms by floor: a room stands one floor above the highest room it imports (floor 1 imports none)."""
     below: Dict[str, Set[str]] = defaultdict(set)
-    for imp in house.imports:
-        a, b = house.room(imp.source), house.room(imp.target)
-        if a != b:
-            below[a].add(b)
+    for a, b in house.room_arrows():
+        below[a].add(b)
     rooms = {house.room(m) for m in house.files}
     floor: Dict[str, int] = {}
 

@@ -15,16 +15,11 @@ import sys
 import time
 
 import pytest
-from helpers import REPO
+from helpers import REPO, preemption_env
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "post_fit_toy.py")
 from patience import patience
 
-
-def _env() -> dict:
-    """The workers' environment: a preempted rank with no step done for 20 s (stretched by the machine's load at
-    the moment the run starts: a rank of a loaded machine gets a sliver of a core) stops without its save."""
-    return dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS=str(round(patience(20))))
 
 
 def _wait_for_step_20(proc, out, ranks):
@@ -41,7 +36,7 @@ def test_ctrl_c_under_ptrain_launch_exits_130_whatever_follows_fit(tmp_path, aft
     os.makedirs(out)
     cmd = [sys.executable, "-m", "trainer.cli", "launch", "--nproc", "2", "--log_dir", str(tmp_path / "logs"),
            WORKER, out, after]
-    proc = subprocess.Popen(cmd, env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, env=preemption_env(), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     _wait_for_step_20(proc, out, 2)
     proc.send_signal(signal.SIGINT)  # a Ctrl-C reaches ptrain alone (the launcher has its own process group)
@@ -63,7 +58,7 @@ def test_ctrl_c_to_a_plain_python_script_exits_130(tmp_path):
     """One process, ``python script.py``: the script returns after fit(); the shell sees 130."""
     out = str(tmp_path / "out")
     os.makedirs(out)
-    proc = subprocess.Popen([sys.executable, WORKER, out, "none"], env=_env(), cwd=str(tmp_path),
+    proc = subprocess.Popen([sys.executable, WORKER, out, "none"], env=preemption_env(), cwd=str(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for_step_20(proc, out, 1)
     proc.send_signal(signal.SIGINT)
@@ -80,12 +75,12 @@ def test_a_completed_run_and_a_failing_script_keep_their_codes():
             "process.hand_off_exit_code(130)\n"
             "process.hand_off_exit_code(0)\n"
             "print('done')\n") % REPO
-    assert subprocess.run([sys.executable, "-c", code], env=_env()).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], env=preemption_env()).returncode == 0
     failing = ("import sys; sys.path.insert(0, %r)\n"
                "from trainer import process\n"
                "process.hand_off_exit_code(143)\n"
                "raise RuntimeError('the script failed')\n") % REPO
-    run = subprocess.run([sys.executable, "-c", failing], env=_env(), capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", failing], env=preemption_env(), capture_output=True, text=True)
     assert run.returncode == 1 and "RuntimeError: the script failed" in run.stderr
 
 
@@ -99,7 +94,7 @@ def test_under_the_raw_launcher_a_rank_says_where_its_sigterm_came_from(tmp_path
     os.makedirs(out)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--master",
            f"127.0.0.1:{free_port()}", "--log_dir", str(tmp_path / "logs"), WORKER, out, "evaluate"]
-    proc = subprocess.Popen(cmd, env=_env(), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, env=preemption_env(), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     _wait_for_step_20(proc, out, 2)
     proc.send_signal(signal.SIGINT)

@@ -16,7 +16,7 @@ import time
 import job_tree
 import psutil
 import pytest
-from helpers import REPO, free_port
+from helpers import REPO, free_port, preemption_env
 from job_tree import alive, assert_all_gone, cmdline, latest_checkpoint
 from patience import patience
 
@@ -24,11 +24,6 @@ WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 TOY = os.path.join(WORKERS, "preempt_toy.py")
 LIFETIME = os.path.join(WORKERS, "lifetime_toy.py")
 
-
-def _env() -> dict:
-    """The workers' environment: a preempted rank with no step done for 20 s (stretched by the machine's load at
-    the moment the run starts: a rank of a loaded machine gets a sliver of a core) stops without its save."""
-    return dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS=str(round(patience(20))))
 PTRAIN = [sys.executable, "-m", "trainer.cli"]
 
 
@@ -61,7 +56,7 @@ def tree(pid):
 def raw_launch(tmp_path, out, steps=400):
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--master",
            f"127.0.0.1:{free_port()}", "--log_dir", str(tmp_path / "logs"), TOY, out, str(steps)]
-    return subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, env=preemption_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def toy_results(out):
@@ -105,7 +100,7 @@ def _ptrain_run(tmp_path, *extra, nproc=2):
     cmd = PTRAIN + ["run", "digits", "--nproc", str(nproc), "--output_dir", out, "--num_train_epochs", "500",
                     "--report_to", "jsonl", "--logging_steps", "5", "--save_strategy", "steps", "--save_steps",
                     "100000", "--evaluation_strategy", "no", *extra]
-    proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=preemption_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, out
 
 
@@ -194,7 +189,7 @@ def test_preemption_makes_no_host_sync_per_step(tmp_path):
     os.makedirs(out)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--master",
            f"127.0.0.1:{free_port()}", "--log_dir", str(tmp_path / "logs"), LIFETIME, out, "syncs"]
-    subprocess.run(cmd, env=_env(), check=True, timeout=patience(240), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, env=preemption_env(), check=True, timeout=patience(240), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for rank in (0, 1):
         got = json.load(open(os.path.join(out, f"syncs-rank{rank}.json")))
         assert got["per_step"] == [0] * 9, got["sources"][:3]

@@ -11,18 +11,13 @@ import subprocess
 import sys
 import time
 
-from helpers import REPO, free_port
+from helpers import free_port, preemption_env
 from job_tree import assert_all_gone, latest_checkpoint, tree
 from patience import patience
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 TOY = os.path.join(WORKERS, "preempt_toy.py")
 
-
-def _env() -> dict:
-    """The workers' environment: a preempted rank with no step done for 20 s (stretched by the machine's load at
-    the moment the run starts: a rank of a loaded machine gets a sliver of a core) stops without its save."""
-    return dict(os.environ, PYTHONPATH=REPO, PTRAIN_PREEMPT_STALL_SECONDS=str(round(patience(20))))
 PTRAIN = [sys.executable, "-m", "trainer.cli"]
 
 
@@ -38,7 +33,7 @@ def launch_into(reader, tmp_path, out, steps, *extra):
                             cwd=tmp_path)
     proc = subprocess.Popen(PTRAIN + ["launch", "--nproc", "2", "--master", f"127.0.0.1:{free_port()}", "--log_dir",
                                       str(tmp_path / "logs"), TOY, out, str(steps), *extra],
-                            stdout=sink.stdin, stderr=sink.stdin, env=_env(), cwd=tmp_path, process_group=sink.pid)
+                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid)
     sink.stdin.close()  # the pipeline's only reader is the reader
     return proc, sink
 
@@ -90,7 +85,7 @@ def ctrl_c_through_closed_pipe(tmp_path, reader):
 def resume_continues(tmp_path, out, step):
     done = subprocess.run(PTRAIN + ["launch", "--nproc", "2", "--master", f"127.0.0.1:{free_port()}", "--log_dir",
                                     str(tmp_path / "logs2"), TOY, out, str(step + 10), "resume"],
-                          env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=patience(300), check=False)
+                          env=preemption_env(), cwd=tmp_path, capture_output=True, text=True, timeout=patience(300), check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     log = (tmp_path / "logs2" / "workerlog.0").read_text(errors="replace")
     assert re.search(rf"resuming from \S*step-{step}\b", log), log[-3000:]
@@ -132,7 +127,7 @@ def test_a_preempted_job_shows_no_launcher_failure_and_names_its_logs(tmp_path):
     os.makedirs(out)
     proc = subprocess.Popen(PTRAIN + ["launch", "--nproc", "2", "--master", f"127.0.0.1:{free_port()}", "--log_dir",
                                       str(tmp_path / "logs"), TOY, out, "100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), cwd=tmp_path, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=preemption_env(), cwd=tmp_path, text=True)
     try:
         wait_for(lambda: os.path.exists(os.path.join(out, "at-20-rank1")), proc, "step 20")
         proc.send_signal(signal.SIGINT)
@@ -155,7 +150,7 @@ def test_ctrl_c_of_one_process_ptrain_run_piped_into_tee_exits_130(tmp_path):
     proc = subprocess.Popen(PTRAIN + ["run", "digits", "--output_dir", str(out), "--max_steps", "100000",
                                       "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no",
                                       "--save_steps", "100000"],
-                            stdout=sink.stdin, stderr=sink.stdin, env=_env(), cwd=tmp_path, process_group=sink.pid)
+                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid)
     sink.stdin.close()
     try:
         metrics = out / "metrics.jsonl"
