@@ -32,6 +32,24 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _annotation(cls, f) -> str:
+    """A field's type as written in its class (``List[str]``). Not ``f.type``: argument parsers (PaddleNLP's and
+    Hugging Face's ``HfArgumentParser``) replace a Field's ``type`` with the resolved object in place."""
+    for klass in cls.__mro__:
+        written = vars(klass).get("__annotations__", {}).get(f.name)
+        if written is not None:
+            return written if isinstance(written, str) else typing_name(written)
+    return typing_name(f.type)
+
+
+def typing_name(kind) -> str:
+    if isinstance(kind, str):
+        return kind
+    if getattr(kind, "__args__", None):
+        return str(kind).replace("typing.", "")
+    return getattr(kind, "__name__", str(kind))
+
+
 def training_arguments_table(cls=None) -> str:
     """Every TrainingArguments field: name, type, default, meaning (its ``metadata['help']``)."""
     if cls is None:
@@ -45,7 +63,7 @@ def training_arguments_table(cls=None) -> str:
             default = f.default_factory()  # type: ignore[misc]
         else:
             default = "(required)"
-        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        kind = _annotation(cls, f)
         meaning = f.metadata.get("help", "")
         rows.append(f"| <a id=\"{f.name}\"></a>`{f.name}` | `{_cell(kind)}` | `{_cell(repr(default))}` | {_cell(meaning)} |")
     return "\n".join(rows)

@@ -87,6 +87,21 @@ def test_the_arguments_table_follows_the_dataclass():
     assert "`brand_new_option` | `int` | `7` | a field the docs never mention |" in table
 
 
+def test_the_arguments_table_is_the_same_after_an_argument_parser_has_read_the_dataclass():
+    """PaddleNLP's PdArgumentParser (as Hugging Face's HfArgumentParser) replaces each Field's ``type`` with the
+    resolved object in place: ``List[str]`` became ``List`` in the table when a test of the same process had parsed
+    TrainingArguments before (CI, stop 45). The table reads the annotations as written in the class."""
+    from paddlenlp.trainer import PdArgumentParser
+
+    from trainer import TrainingArguments
+
+    before = generate.training_arguments_table(TrainingArguments)
+    PdArgumentParser(TrainingArguments)
+    assert not isinstance(dataclasses.fields(TrainingArguments)[0].type, str)  # the parser did change the fields
+    assert generate.training_arguments_table(TrainingArguments) == before
+    assert "`report_to` | `List[str]` |" in before
+
+
 def test_the_tables_kept_in_the_markdown_are_the_codes():
     """A table kept in a page's Markdown (between its marker and ``<!-- end of generated -->``) is what the code
     gives now: a field, event or layout added without running ``python docs/hooks/generate.py`` fails here."""
