@@ -5,6 +5,7 @@ resolve to the packages and never to the ``tests/trainer`` or
 ``tests/callbacks`` folders; ``tests/`` goes last, for ``helpers``.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -39,6 +40,18 @@ def _compiled_once() -> None:
 
 
 _compiled_once()
+
+
+# tests/paddleformers/ runs in the PaddleFormers environment (pip install -e ".[paddleformers,test]", which has no
+# paddlenlp: .ci/run makes it), and is not collected where paddleformers is not installed (the two libraries
+# cannot share an environment). find_spec imports nothing.
+HAS_PADDLEFORMERS = importlib.util.find_spec("paddleformers") is not None
+collect_ignore = [] if HAS_PADDLEFORMERS else ["paddleformers"]
+
+
+def pytest_report_header(config):
+    if not HAS_PADDLEFORMERS:
+        return "tests/paddleformers/: not collected (no paddleformers here; .ci/run runs them in an environment of its own)"
 
 
 # PTRAIN_TEST_CPU=FILE: one JSON line per test with its wall time and the CPU seconds of the test's

@@ -14,7 +14,7 @@ from ..launch.slurm import requeue_if_preempted
 from ..process import guard_console, install_startup_handlers, record_failure
 from .parser import build_parser
 from .run import resolve_run, run_here, run_target
-from .tasks import available_tasks, get_task
+from .tasks import available_tasks, get_task, missing_extra
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -85,10 +85,13 @@ def _cmd_list() -> int:
         names_of.setdefault(ep.value, []).append(name)
     for names in sorted(names_of.values(), key=lambda n: min(n, key=len)):
         name = min(names, key=len)
-        task = get_task(name)
+        task = get_task(name, usable=False)
         aliases = [n for n in sorted(names) if n != name]
         print(f"{name:<12} {task.description}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
         print(f"{'':<12} recipes: {', '.join(task.recipes())} (default {task.default_recipe})")
+        missing = missing_extra(available_tasks()[name])
+        if missing:  # a PaddleFormers environment lists ernie, and says why it cannot run here
+            print(f"{'':<12} {missing}")
     return 0
 
 

@@ -57,7 +57,7 @@ def _add_task_options(run: argparse.ArgumentParser, name: str) -> None:
     """``ptrain run TASK --help``: the task's own options, as a group of flags (help only: parsing leaves them
     to the task's options class, which validates them)."""
     try:
-        task = get_task(name)
+        task = get_task(name, usable=False)
     except Exception:  # noqa: BLE001 - an unknown task or a recipe file: the generic help
         return
     group = run.add_argument_group(f"task options ({task.name}; also 'task:' in a recipe)")

@@ -90,13 +90,15 @@ def add_serve_parser(sub) -> argparse.ArgumentParser:
 def _task_of(model_dir: str):
     """``(Preprocessing or None, output names or None)`` of the task the export in ``model_dir`` names."""
     from ..deploy.predictor import export_task
-    from .tasks import available_tasks, get_task
+    from .tasks import available_tasks, get_task, missing_extra
 
     task_name = export_task(model_dir)
     if task_name is None:
         return None, None
-    if task_name not in available_tasks():
-        print(f"ptrain serve: {model_dir} names task {task_name}, which is not installed: only "
+    tasks = available_tasks()
+    missing = "is not installed" if task_name not in tasks else missing_extra(tasks[task_name])
+    if missing:  # not installed, or its extra is not (ernie in a PaddleFormers environment): raw inputs only
+        print(f"ptrain serve: {model_dir} names task {task_name}, which {missing}: only "
               '{"inputs": [...]} is served', file=sys.stderr)
         return None, None
     task = get_task(task_name)
