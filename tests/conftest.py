@@ -5,7 +5,7 @@ resolve to the packages and never to the ``tests/trainer`` or
 ``tests/callbacks`` folders; ``tests/`` goes last, for ``helpers``.
 """
 
-import importlib.util
+import importlib.metadata
 import os
 import sys
 
@@ -44,8 +44,12 @@ _compiled_once()
 
 # tests/paddleformers/ runs in the PaddleFormers environment (pip install -e ".[paddleformers,test]", which has no
 # paddlenlp: .ci/run makes it), and is not collected where paddleformers is not installed (the two libraries
-# cannot share an environment). find_spec imports nothing.
-HAS_PADDLEFORMERS = importlib.util.find_spec("paddleformers") is not None
+# cannot share an environment). Its installed distribution is asked, not the import system: tests/ is on sys.path,
+# where the folder tests/paddleformers/ itself would be found as a namespace package.
+try:
+    HAS_PADDLEFORMERS = bool(importlib.metadata.version("paddleformers"))
+except importlib.metadata.PackageNotFoundError:
+    HAS_PADDLEFORMERS = False
 collect_ignore = [] if HAS_PADDLEFORMERS else ["paddleformers"]
 
 
