@@ -8,8 +8,10 @@ writes what ``LoRAModel.from_pretrained`` loads; export writes the base model wi
 predicts as the LoRA model does within 1e-5; ``ptrain inspect`` shows the adapter.
 """
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,6 +27,8 @@ from trainer.layout.adapters import merged
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGETS = [".*q_proj", ".*v_proj"]
+PAGE = "docs/how-to/lora.md"
+RUNNABLE = re.compile(r"^<!-- runnable: paddleformers -->\n```python\n(.*?)^```", re.M | re.S)
 
 
 def tiny_llama() -> LlamaForCausalLM:
@@ -173,3 +177,32 @@ def test_ptrain_inspect_shows_the_adapter(run):
                                capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
         assert line in " ".join(shown.stdout.split()), shown.stdout
+
+
+def _page_commands(path: str) -> list:
+    """tests/docs/doc_commands.py's reading of a page's shell commands (that folder is not on sys.path here)."""
+    spec = importlib.util.spec_from_file_location("doc_commands", os.path.join(REPO, "tests", "docs", "doc_commands.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.page_commands(path)
+
+
+def test_the_lora_page_runs_as_written(tmp_path, monkeypatch):
+    """docs/how-to/lora.md: its example (the blocks marked ``runnable: paddleformers``), then its commands, in one
+    scratch directory (tests/docs checks the other pages in the paddlenlp environment; it names this test)."""
+    text = open(os.path.join(REPO, PAGE), encoding="utf-8").read()
+    blocks = RUNNABLE.findall(text)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], os.path.join(REPO, PAGE), "exec"), {"__name__": "__main__"})
+    assert sorted(os.listdir("runs/lora/checkpoints")) == ["latest", "run_id", "step-10", "step-12", "step-5"]
+    assert os.path.isfile("runs/lora/adapter/lora_config.json") and os.path.isfile("runs/lora/inference/export.json")
+    commands = [c.text for c in _page_commands(os.path.join(REPO, PAGE))]
+    assert commands == ["ptrain inspect runs/lora"]
+    shown = " ".join(text.split("```text\n", 1)[1].split("```", 1)[0].split())  # the output the page shows
+    env = {**os.environ, "PYTHONPATH": REPO}
+    for command in commands:  # ptrain is `python -m trainer.cli` (the project is not installed in this environment)
+        done = subprocess.run([sys.executable, "-m", "trainer.cli", *command.split()[1:]], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert shown in " ".join(done.stdout.split()), done.stdout
