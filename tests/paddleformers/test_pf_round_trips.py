@@ -8,41 +8,19 @@ arguments are pickles; nothing verifies it), and its weights are our starting po
 """
 
 import os
+import sys
 
 import numpy as np
-import paddle
 import pytest
 from paddleformers.trainer import Trainer as PFTrainer
 from paddleformers.trainer import TrainerCallback
 from paddleformers.trainer import TrainingArguments as PFArguments
-from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+from paddleformers.transformers import LlamaForCausalLM
 
 from trainer import DataError, Trainer, TrainingArguments
 
-
-def tiny_llama() -> LlamaForCausalLM:
-    paddle.seed(1)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                                        fuse_rms_norm=False))
-
-
-class Tokens(paddle.io.Dataset):
-    def __init__(self, n=32):
-        self.x = np.random.RandomState(0).randint(0, 64, (n, 16)).astype("int64")
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.x[i]}
-
-
-def logits(model, ids: np.ndarray) -> np.ndarray:
-    model.eval()
-    with paddle.no_grad():
-        out = model(input_ids=paddle.to_tensor(ids))
-    return (out[0] if isinstance(out, (tuple, list)) else out.logits).numpy()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_pf_lora import Tokens, logits, tiny_llama  # noqa: E402 - the tiny Llama, its tokens, its logits
 
 
 def ours(out, model, max_steps=6, resume=None) -> Trainer:
