@@ -206,3 +206,45 @@ def test_the_lora_page_runs_as_written(tmp_path, monkeypatch):
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert shown in " ".join(done.stdout.split()), done.stdout
+
+
+# ---- two processes (data parallel over gloo): the same, through paddle's launcher ----------------------------------
+def _worker(out: str, result: str, resume: str) -> None:
+    """One rank of a 2-process LoRA run (this file run as a script under paddle.distributed.launch)."""
+    trainer = train(out, max_steps=12, resume=resume or None)
+    if trainer.is_main_process:
+        logged = [[r["step"], r["loss"], r["learning_rate"]] for r in trainer.state.log_history if "loss" in r]
+        np.savez(os.path.join(out, result + ".npz"), **state(trainer.model))
+        with open(os.path.join(out, result + ".json"), "w", encoding="utf-8") as f:
+            json.dump({"logged": logged, "world_size": trainer.world_size}, f)
+
+
+def _launch(tmp_path, out, result, resume=""):
+    from helpers import free_port
+
+    logs = tmp_path / f"logs-{result}"
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--master",
+           f"127.0.0.1:{free_port()}", "--log_dir", str(logs), os.path.abspath(__file__), str(out), result, resume]
+    done = subprocess.run(cmd, cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
+                          text=True, timeout=600)
+    detail = "".join(p.read_text(errors="replace")[-3000:] for p in sorted(logs.glob("workerlog.*")))
+    assert done.returncode == 0, done.stderr[-3000:] + detail
+    with open(out / f"{result}.json", encoding="utf-8") as f:
+        return json.load(f), dict(np.load(out / f"{result}.npz"))
+
+
+def test_two_processes_train_the_adapter_and_resume_bitwise(tmp_path):
+    out = tmp_path / "run"
+    full, full_params = _launch(tmp_path, out, "full")
+    resumed, resumed_params = _launch(tmp_path, out, "resumed", str(out / "checkpoints" / "step-5"))
+    assert full["world_size"] == resumed["world_size"] == 2
+    assert [r[0] for r in full["logged"]] == list(range(1, 13))
+    assert resumed["logged"] == full["logged"]
+    base = state(lora_llama())
+    for k, v in full_params.items():
+        np.testing.assert_array_equal(resumed_params[k], v, err_msg=k)
+        assert np.array_equal(v, base[k]) == ("lora_" not in k), k  # only the adapter trained
+
+
+if __name__ == "__main__":  # a rank of test_two_processes_train_the_adapter_and_resume_bitwise
+    _worker(*sys.argv[1:4])

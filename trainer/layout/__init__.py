@@ -8,9 +8,9 @@ the single-card twin a tensor-parallel model's slices are gathered into (``merge
 model (``adapters``: described for checkpoints, its state set under the wrapper's names, merged into its base for
 export).
 
-May import: paddle and numpy (``slices``, ``stages``, ``merge``, ``adapters``: imported by name where used), ``trainer.errors``,
-``trainer.distributed``, ``trainer.tensors``. Never the parallel, checkpoint or deploy rooms (they ask it), the
-loop, callbacks or models.
+May import: paddle and numpy (``slices``, ``stages``, ``merge``, ``adapters``: imported by name where used),
+``trainer.errors``, ``trainer.distributed``, ``trainer.tensors``. Never the parallel, checkpoint or deploy rooms
+(they ask it), the loop, callbacks or models.
 
 Used by: ``trainer.args`` (the fields are checked together by :meth:`Layout.plan`), ``trainer.capabilities``,
 ``trainer.trainer`` (``trainer.layout``), ``trainer.parallel`` (applies it and fills its groups),
