@@ -21,7 +21,7 @@ import pytest
 from paddleformers.peft import LoRAConfig, LoRAModel
 from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
 
-from trainer import Trainer, TrainingArguments
+from trainer import ConfigError, Trainer, TrainingArguments
 from trainer.checkpoint.manifest import safetensors_header
 from trainer.layout.adapters import merged
 
@@ -103,6 +103,17 @@ def test_a_resumed_run_continues_bitwise(run, tmp_path):
     want, got = state(full.model), state(resumed.model)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_a_resume_with_the_adapter_built_otherwise_is_refused_in_one_line(run, tmp_path):
+    out, _, _ = run
+    other = LoRAModel(tiny_llama(), LoRAConfig(target_modules=TARGETS, r=4, lora_alpha=16, lora_dropout=0.1))
+    with pytest.raises(ConfigError) as refused:  # same names and shapes: only the record tells
+        train(tmp_path, resume=str(out / "checkpoints" / "step-5"), model=other)
+    assert str(refused.value).startswith("resume: the LoRA adapter's lora_alpha was 8 in checkpoint ")
+    assert "this run's model has 16" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="written by a model with a LoRA adapter, this run's model has none"):
+        train(tmp_path, resume=str(out / "checkpoints" / "step-5"), model=tiny_llama())
 
 
 def test_the_checkpoint_holds_the_whole_model_the_adapters_moments_and_the_adapter(run):
