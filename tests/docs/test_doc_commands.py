@@ -16,6 +16,8 @@ left the docs. The plans:
 - ``Cluster``: needs other hosts (an etcd server at 10.0.0.1, nodes to join): not run; its flags are
   checked against ``ptrain``'s parser.
 - ``Bench``: a benchmark that measures for minutes: not run; its flags are checked against its ``--help``.
+- ``PaddleFormers``: needs paddleformers, which cannot share this environment with paddlenlp: run as written by
+  the named test of the PaddleFormers environment (``tests/paddleformers/``), which runs its page.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ class Bench(NamedTuple):
     why: str
 
 
+class PaddleFormers(NamedTuple):
+    test: str  # the test of the PaddleFormers environment (tests/paddleformers/) that runs the page as written
+
+
 TASK_IS_DIGITS = (("TASK", "digits"),)
 PLANS = {
     "ptrain list": Run(),
@@ -121,6 +127,7 @@ PLANS = {
     "ptrain serve digits=runs/a/inference digits-big=runs/b/inference": Server("serve"),
     "ptrain serve model_repository/": Server("serve"),
     "ptrain serve runs/digits-demo/inference --runtime onnxruntime": Server("serve"),
+    "ptrain inspect runs/lora": PaddleFormers("tests/paddleformers/test_pf_lora.py"),
 }
 
 DOCUMENTED = documented_commands()
@@ -334,6 +341,18 @@ def test_documented_gpu_command_is_refused_in_one_line(text, tmp_path):
     assert done.returncode == 2, f"{text}: exit {done.returncode}\n{done.stderr[-3000:]}"
     assert len(lines) == 1 and plan.flag.lstrip("-") in lines[0], done.stderr[-3000:]
     assert not list(tmp_path.rglob("launch_logs")) and not (tmp_path / "log").exists()  # nothing was launched
+
+
+# ---- PaddleFormers: run in its environment (paddleformers and paddlenlp cannot share one) -------------------------
+@pytest.mark.parametrize("text", _ids(PaddleFormers))
+def test_documented_paddleformers_command_is_run_in_its_environment(text):
+    from doc_commands import page_commands
+
+    test = open(os.path.join(REPO, PLANS[text].test), encoding="utf-8").read()
+    pages = {c.path for c in DOCUMENTED if c.text == text}
+    # the test runs every documented command of the page(s) that show it (page_commands), as written
+    assert all(f'"{page}"' in test for page in pages) and "page_commands(" in test, (text, pages)
+    assert all(text in {c.text for c in page_commands(os.path.join(REPO, page))} for page in pages)
 
 
 # ---- Cluster, Bench: not run, flags checked -------------------------------------------------------------------

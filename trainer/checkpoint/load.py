@@ -9,6 +9,7 @@ import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
+from ..layout.adapters import set_state
 from ..layout.slices import sliced_optimizer_state, split_parameters
 from ..layout.stages import own_names
 from .manifest import VerifiedCheckpoint, read_verified
@@ -40,8 +41,9 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
     _check_model(own, model_state, resolved)
     try:
         adapt_to_world_size(trainer, meta)
-        trainer.model.set_state_dict(own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
-                                                               for k, v in model_state.items()}))
+        # an adapter's tensors go to its inner model (its own set_state_dict would skip them: layout.adapters)
+        set_state(trainer.model, own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
+                                                           for k, v in model_state.items()}))
         names = param_name_map(trainer.model)
         opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
         trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
@@ -92,7 +94,7 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
     ckpt = read_verified(path)
     own = model.state_dict()
     _check_model(own, ckpt.model_state, ckpt.path)
-    model.set_state_dict({k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()})
+    set_state(model, {k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()})
     return ckpt.path
 
 

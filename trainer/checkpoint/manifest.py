@@ -142,6 +142,13 @@ def _recorded_digest(path: str) -> Optional[str]:
     return words[0].decode("ascii", "replace").lower() if words else ""
 
 
+def _foreign_trainer_files(path: str) -> list:
+    """The files that mark ``path`` as a PaddleFormers or PaddleNLP Trainer checkpoint (none: it is not one)."""
+    marks = ("trainer_state.bin", "trainer_state.json", "training_args.bin", "rng_state_0.pth", "rng_state.pth")
+    found = [name for name in marks if os.path.isfile(os.path.join(path, name))]
+    return found if "training_args.bin" in found else []
+
+
 def read_manifest(path: str) -> dict:
     """The checked manifest of the checkpoint at ``path`` (files, sizes, sha256 and format version), or DataError.
 
@@ -151,6 +158,12 @@ def read_manifest(path: str) -> dict:
     """
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
+        foreign = _foreign_trainer_files(path)
+        if foreign:  # complete, perhaps, but not ours: say so rather than call it incomplete
+            raise DataError(f"{path} is a PaddleFormers/PaddleNLP Trainer checkpoint ({', '.join(foreign)}), not one "
+                            "this Trainer wrote: resume takes only checkpoints verified by a manifest, and its trainer "
+                            "state, RNG and arguments are pickles, which are never loaded; start from its weights with "
+                            f"from_pretrained('{path}'), or resume it with PaddleFormers' Trainer")
         raise DataError(f"{path} has no {MANIFEST}: it is not a complete checkpoint")
     try:
         with open(manifest_path, "rb") as f:

@@ -21,6 +21,8 @@ anything is built, :func:`prepare_resume` reads the checkpoint's arguments
   ImageFolder's files and sizes), unless ``resume_allow_data_change``;
 - every other field (seed, data_seed, optim, learning_rate, the schedule, amp,
   ...) must be equal;
+- a LoRA adapter (:func:`check_adapter`) must be built as the checkpoint records it (rank, alpha, scaling,
+  dropout, targets);
 - what else defines the run (``Trainer.run_identity``: for ``ptrain run``, the
   task and every task option) must be equal too, except the options the task
   lists in ``Task.resume_may_change`` with a reason; an option of the split
@@ -47,6 +49,7 @@ from .. import distributed as dist
 from ..data.iterable import is_iterable
 from ..data.loader import dataset_length
 from ..errors import ConfigError, DataError, option
+from ..layout.adapters import describe as describe_adapter
 from . import RESUME_ENV
 from .fingerprint import checked, data_changes, data_fingerprint
 from .manifest import VerifiedCheckpoint, check_meta
@@ -98,6 +101,7 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     # recorded in the checkpoints this run writes (trainer.checkpoint.snapshot)
     trainer.accumulation_adapted = data_world_size(meta) != readers or bool(meta.get("accumulation_adapted"))
     check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
+    check_adapter(trainer.model, meta, path)
     check_resume(trainer.args, meta, n, readers, path)
     check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change, trainer.args.data_fingerprint)
     _warn_uneven_epoch(meta, n, readers)
@@ -304,6 +308,27 @@ def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> 
                 if name in (identity.get("split") or ()) else "what is trained")
         raise ConfigError(f"resume: {name} ({source}) was {old!r} in checkpoint {path}, this run has {new!r}: it "
                           f"would change {what}; resume with {name}={old!r}, {_FRESH}")
+
+
+#: what defines a LoRA adapter's training (trainer.layout.adapters.describe): a change is refused on resume
+ADAPTER_FIELDS = ("r", "lora_alpha", "scaling", "lora_dropout", "rslora", "target_modules", "adapted_layers")
+
+
+def check_adapter(model, meta: dict, path: str = "the checkpoint") -> None:
+    """Refuse (ConfigError, one line) a LoRA adapter built otherwise than the one the checkpoint recorded (its
+    alpha, scaling and dropout leave the tensors' names and shapes as they were, so nothing else would see it)."""
+    if "adapter" not in meta:
+        return  # written before checkpoints recorded adapters
+    old, new = meta["adapter"], describe_adapter(model)
+    if (old is None) != (new is None):
+        raise ConfigError(f"resume: checkpoint {path} was written by a model {'without' if old is None else 'with'} a "
+                          f"LoRA adapter, this run's model {'has one' if old is None else 'has none'}: build the "
+                          f"model as the run that wrote it did, {_FRESH}")
+    for name in ADAPTER_FIELDS if old is not None else ():
+        if name in old and not _same(old[name], new.get(name)):
+            raise ConfigError(f"resume: the LoRA adapter's {name} was {old[name]!r} in checkpoint {path}, this run's "
+                              f"model has {new.get(name)!r}: it would change what is trained; build the adapter with "
+                              f"{name}={old[name]!r}, {_FRESH}")
 
 
 def _steps_per_epoch(args, dataset_len: int, world_size: int) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 import paddle
 
 from .. import distributed as dist
+from ..layout import adapters
 from ..layout.stages import whole_names
 from ..tensors import to_numpy
 from . import contents
@@ -162,6 +163,7 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "loss_window": loss_window,
         "identity": _plain(getattr(trainer, "run_identity", None) or {}),  # compared on resume (resume.py)
         "data_fingerprint": data_fingerprint(trainer.train_dataset, trainer.args.data_fingerprint),  # compared on resume (fingerprint.py)
+        "adapter": adapters.describe(trainer.model),  # a LoRA model's rank, alpha, targets, counts; else None
     }
 
 

@@ -3,9 +3,10 @@
 :func:`describe_checkpoint` prints one checkpoint: whether its manifest
 verifies (or which file is wrong and why), the step and the position in the
 epoch, metrics, the best metric, the world size and global batch, a summary of
-the arguments, the tensors, and the file sizes. :func:`describe_run` lists an
+the arguments, a LoRA adapter (rank, alpha, targets, trainable and total
+parameters), the tensors, and the file sizes. :func:`describe_run` lists an
 output directory's checkpoints, newest first, with step, time, size and
-validity, the one ``latest`` points to, and the best.
+validity, the one ``latest`` points to, the best, and the adapter of a LoRA run.
 
 Only JSON (``manifest.json``, ``trainer.json``) and safetensors headers are
 read: nothing is unpickled or executed, so inspecting a checkpoint someone sent
@@ -217,6 +218,22 @@ def _best(meta: dict) -> Optional[str]:
     return None
 
 
+def _adapter_text(adapter) -> Optional[str]:
+    """One line for the LoRA adapter a checkpoint records (``trainer.layout.adapters.describe``), or None."""
+    if not isinstance(adapter, dict):
+        return None
+    trainable, total = adapter.get("trainable_parameters"), adapter.get("total_parameters")
+    share = (f" ({100.0 * trainable / total:.2f}%)" if isinstance(trainable, int) and isinstance(total, int) and total
+             else "")
+    targets = adapter.get("target_modules") if isinstance(adapter.get("target_modules"), list) else []
+    return (f"{adapter.get('type', '?')} r={adapter.get('r', '?')} alpha={_num(adapter.get('lora_alpha', '?'))} "
+            f"scaling={_num(adapter.get('scaling', '?'))} dropout={_num(adapter.get('lora_dropout', '?'))}"
+            + (" rslora" if adapter.get("rslora") else "")
+            + f" on {adapter.get('adapted_layers', '?')} layers matching {', '.join(map(str, targets)) or '-'}; "
+            f"trainable {_num(trainable) if not isinstance(trainable, int) else f'{trainable:,}'} of "
+            f"{_num(total) if not isinstance(total, int) else f'{total:,}'} parameters{share}")
+
+
 def _wrap(prefix: str, text: str, width: int = 100) -> List[str]:
     lines, current = [], prefix
     for word in text.split(" "):
@@ -295,6 +312,9 @@ def describe_checkpoint(path: str) -> str:
             lines.append(f"  status when saved: {state['status']}")
         if args:
             lines += _wrap("  args: ", _args_summary(args))
+        adapter = _adapter_text(meta.get("adapter"))
+        if adapter:
+            lines += _wrap("  adapter: ", adapter)
         callbacks = meta.get("callbacks") if isinstance(meta.get("callbacks"), dict) else {}
         with_state = sorted(k for k, v in callbacks.items() if v)
         if callbacks:
@@ -336,7 +356,7 @@ def describe_run(output_dir: str) -> str:
     else:
         latest_note = "no latest pointer (no checkpoint was completed, or it was removed)"
 
-    rows, best = [], None
+    rows, best, adapter = [], None, None
     for path in found:
         name = os.path.basename(path)
         valid, verdict_text = _verdict(path)
@@ -345,6 +365,8 @@ def describe_run(output_dir: str) -> str:
         state = meta.get("state") if meta and isinstance(meta.get("state"), dict) else {}
         if valid and best is None and meta:
             best = _best(meta)
+        if valid and adapter is None and meta:  # the newest valid checkpoint's
+            adapter = _adapter_text(meta.get("adapter"))
         step = name[len("step-"):]
         epoch = f"{state.get('epoch')}/{state.get('step_in_epoch')}" if "epoch" in state else "?"
         metrics = state.get("metrics") if isinstance(state.get("metrics"), dict) else {}
@@ -366,6 +388,8 @@ def describe_run(output_dir: str) -> str:
     lines.append(f"  resume 'auto' would take: {os.path.basename(chosen) if chosen else 'none (a fresh start)'}")
     if best:
         lines.append(f"  best: {best}")
+    if adapter:
+        lines += _wrap("  adapter: ", adapter)
     if stray:
         lines.append(f"  leftovers of interrupted saves or deletions (removed at the next save): {', '.join(stray)}")
     damaged = sorted(n for n in os.listdir(root) if n.startswith("step-") and ".damaged" in n)

@@ -47,6 +47,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, List, Optional, Sequence
 
@@ -245,6 +246,7 @@ def export_model(model: paddle.nn.Layer, path: str, input_spec: Optional[Sequenc
     model.eval()
     try:
         try:
+            _config_read_in_python(model)
             paddle.jit.save(model, os.path.join(tmp, PREFIX), input_spec=list(input_spec))
         except Exception as exc:  # paddle raises TypeError/ValueError/RuntimeError from its converter
             last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
@@ -267,6 +269,17 @@ def export_model(model: paddle.nn.Layer, path: str, input_spec: Optional[Sequenc
     result.model_file = os.path.join(final, os.path.basename(result.model_file))
     result.params_file = os.path.join(final, PARAMS_FILE)
     return result
+
+
+def _config_read_in_python(model: paddle.nn.Layer) -> None:
+    """Let paddle.jit run a model's ``config`` object as Python rather than convert it (PaddleFormers' configs: a
+    converted ``PretrainedConfig.__getattribute__`` loses its zero-argument ``super()`` and recurses until Python's
+    limit). Its values are constants of the exported program either way."""
+    config = getattr(model, "config", None)
+    if config is None or type(config).__module__ == "builtins":
+        return
+    modules = {sys.modules.get(c.__module__) for c in type(config).__mro__ if c.__module__ != "builtins"}
+    paddle.jit.ignore_module([m for m in modules if m is not None])
 
 
 def _output_keys(outputs: Any, n: int) -> List[str]:

@@ -4,11 +4,13 @@ Owns: the :class:`Layout` (``plan``: degrees, ranks, groups, planned once from t
 the loop, checkpoints and export ask it instead of reading degrees: ``local_state``, ``whole_state``,
 ``saved_blocks``, ``whole_model``), the parameters paddle holds in pieces (``slices``: sharding stage 3's flat
 ranges, tensor parallel's blocks at their offsets), a pipeline stage's names in the whole model (``stages``) and
-the single-card twin a tensor-parallel model's slices are gathered into (``merge``).
+the single-card twin a tensor-parallel model's slices are gathered into (``merge``), and a LoRA adapter around the
+model (``adapters``: described for checkpoints, its state set under the wrapper's names, merged into its base for
+export).
 
-May import: paddle and numpy (``slices``, ``stages``, ``merge``: imported by name where used), ``trainer.errors``,
-``trainer.distributed``, ``trainer.tensors``. Never the parallel, checkpoint or deploy rooms (they ask it), the
-loop, callbacks or models.
+May import: paddle and numpy (``slices``, ``stages``, ``merge``, ``adapters``: imported by name where used),
+``trainer.errors``, ``trainer.distributed``, ``trainer.tensors``. Never the parallel, checkpoint or deploy rooms
+(they ask it), the loop, callbacks or models.
 
 Used by: ``trainer.args`` (the fields are checked together by :meth:`Layout.plan`), ``trainer.capabilities``,
 ``trainer.trainer`` (``trainer.layout``), ``trainer.parallel`` (applies it and fills its groups),

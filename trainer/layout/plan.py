@@ -421,7 +421,8 @@ class Layout:
         return model_state, opt_tensors
 
     def whole_model(self, model):
-        """The model an export writes: ``model`` itself when this rank holds all of it; the single-card twin with
+        """The model an export writes: ``model`` itself when this rank holds all of it (a LoRA model: its base with
+        the adapter merged in, ``trainer.layout.adapters``); the single-card twin with
         every rank's part put together (tensor parallel's slices gathered over the group, ``trainer.layout.merge``;
         the pipeline's stages, ``trainer.layout.stages``) on rank 0, None on the other ranks, otherwise. A
         collective then: every rank calls it. A ConfigError when the parts cannot be put together here (sharding
@@ -444,9 +445,11 @@ class Layout:
             model.set_state_dict({k: paddle.to_tensor(v) for k, v in whole.items()})
             model.eval()
             return model
+        from .adapters import merged
         from .stages import whole_model
 
-        return whole_model(model, self.pp_degree)  # pipeline parallel: every stage's weights, on rank 0
+        # pipeline parallel: every stage's weights, on rank 0; a LoRA adapter merged into its base (adapters)
+        return merged(whole_model(model, self.pp_degree))
 
     def describe(self) -> dict:
         """Plain JSON the checkpoint manifest records (``ptrain inspect`` shows it)."""
