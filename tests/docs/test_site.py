@@ -114,6 +114,28 @@ def test_the_tables_kept_in_the_markdown_are_the_codes():
     assert generate.expand(kept, kept_only=True) != kept and "| `on_fit_begin`" in generate.expand(kept, kept_only=True)
 
 
+def test_the_paddleformers_table_prints_without_paddleformers_and_is_the_pages():
+    """docs/how-to/migrate-paddleformers.md keeps PaddleFormers' field table, generated where paddleformers is not
+    installed (here) from the table module and the defaults stored beside it: ``python -m trainer.compat.table
+    paddleformers``, as the page shows it, prints the rows the page holds, one per field, none missing from the
+    table, without importing paddleformers or paddle."""
+    from trainer.args.paddleformers_fields import FIELDS
+    from trainer.compat.table import PADDLEFORMERS_DEFAULTS
+
+    code = ("import runpy, sys; sys.argv = ['table', 'paddleformers']; runpy.run_module('trainer.compat.table', "
+            "run_name='__main__'); print('IMPORTED', 'paddle' in sys.modules, 'paddleformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=patience(120), env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed, imported = proc.stdout.rstrip().rsplit("\n", 1)
+    assert imported == "IMPORTED False False"
+    page = open(os.path.join(REPO, "docs", "how-to", "migrate-paddleformers.md"), encoding="utf-8").read()
+    assert "python -m trainer.compat.table paddleformers" in page and printed in page
+    rows = [r for r in printed.splitlines()[2:]]
+    assert len(rows) == len(PADDLEFORMERS_DEFAULTS) == len(FIELDS) == 236
+    assert set(PADDLEFORMERS_DEFAULTS) == set(FIELDS) and "not in the table yet" not in printed
+
+
 def test_an_unknown_generated_section_fails_the_build():
     with pytest.raises(ValueError, match="unknown generated section 'nope'"):
         generate.expand("<!-- generated: nope -->")

@@ -127,3 +127,30 @@ def test_the_generated_table_has_a_row_per_field_with_its_kind():
     assert "not in the table yet" not in "\n".join(rows)
     row = next(r for r in rows if r.startswith("| `tensor_model_parallel_size`"))
     assert "| renamed | `tensor_parallel_degree` | `-1` |" in row
+
+
+def test_the_documented_command_stores_the_installed_defaults(tmp_path):
+    """``python -m trainer.compat.table paddleformers-defaults`` (docs/how-to/migrate-paddleformers.md), run in a
+    copy of the package: it leaves fresh defaults as they are and writes stale ones anew."""
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers import REPO
+    from patience import patience
+
+    shutil.copytree(os.path.join(REPO, "trainer"), tmp_path / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    copy = tmp_path / "trainer" / "compat" / "table.py"
+    fresh = copy.read_text(encoding="utf-8")
+    command = [sys.executable, "-m", "trainer.compat.table", "paddleformers-defaults"]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+
+    def run():
+        proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=patience(300))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert run().startswith("unchanged:") and copy.read_text(encoding="utf-8") == fresh
+    copy.write_text(fresh.replace("    'sharding': \"'stage1'\",\n", "    'sharding': \"''\",\n"), encoding="utf-8")
+    assert copy.read_text(encoding="utf-8") != fresh
+    assert run().startswith("wrote") and copy.read_text(encoding="utf-8") == fresh
