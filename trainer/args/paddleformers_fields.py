@@ -132,7 +132,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "bf16": ("same", "amp bf16 (PaddleNLP's spelling, kept by PaddleFormers); a CPU build trains in float32 with one warning"),
     "fp16": ("same", "amp fp16 (PaddleNLP's spelling, kept by PaddleFormers); a CPU build trains in float32 with one warning"),
     "fp16_opt_level": ("default", "spells amp_level; default None = amp_level's O1 (PaddleFormers: O1, the same level)"),
-    "amp_master_grad": ("default", "default False (PaddleFormers: True, and its TrainingArguments raises unless fp16 or bf16 is set: on CPU set amp_master_grad=False); acts with amp_level O2 as in PaddleFormers, which ignores it at O1"),
+    "amp_master_grad": ("default", "default False (PaddleFormers: True, and its TrainingArguments raises unless fp16 or bf16 is set: on CPU pass amp_master_grad=False); here it needs amp_level O2 (fp16_opt_level O2), refused in one line otherwise"),
     "bf16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
     "fp16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
     "amp_custom_black_list": ("unsupported", "AMP uses paddle's default op lists (PaddleFormers' default adds 6 ops to the black list; PaddleNLP's: None); only GPU AMP differs, a CPU build trains in float32"),
