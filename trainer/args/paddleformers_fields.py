@@ -25,12 +25,14 @@ Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with two more:
 Counts (paddleformers 1.2.0, 236 fields): has its effect 102 (same 48, renamed 23, default 14, script 17), warned
 when set 124 (ignored 26, unsupported 98), refused 10 (``tests/paddleformers/test_pf_fields.py`` checks them).
 
-Data only, importing nothing: read by ``trainer.compat.args_convert`` (the conversion at the door) and
-``trainer.compat.table`` (the table of docs/how-to/migrate-paddleformers.md, with PaddleFormers' defaults stored
-there). ``tests/paddleformers/test_pf_fields.py`` fails when a field of the installed paddleformers is missing.
+Data only, importing nothing but PaddleNLP's table (``AS_PADDLENLP``: its rows that hold as they are). Read by
+``trainer.compat.args_convert`` (the conversion at the door) and ``trainer.compat.table`` (the table of
+docs/how-to/migrate-paddleformers.md, with PaddleFormers' defaults stored there). ``tests/paddleformers/test_pf_fields.py`` fails when a field of the installed paddleformers is missing.
 """
 
 from typing import Dict, Tuple
+
+from .fields_table import FIELDS as PADDLENLP_FIELDS
 
 #: PaddleFormers' names -> ours, for every ``renamed`` row
 RENAMED: Dict[str, str] = {
@@ -82,59 +84,49 @@ _SYNC = "fleet's sync_param/sync_grad/sync_moment broadcasts are not set here (t
 _UNREAD = "PaddleFormers 1.2 reads it nowhere either"
 
 
+#: the fields whose PaddleNLP row (trainer.args.fields_table) holds for PaddleFormers as it is
+AS_PADDLENLP = (
+    "overwrite_output_dir", "do_train", "do_predict", "do_export", "prediction_loss_only",
+    "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+    "eval_accumulation_steps", "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "max_steps",
+    "warmup_ratio", "warmup_steps", "log_on_each_node", "logging_dir", "logging_strategy", "logging_first_step",
+    "save_strategy", "save_steps", "save_on_each_node", "no_cuda", "seed", "bf16_full_eval", "fp16_full_eval",
+    "save_sharded_model", "load_sharded_model", "scale_loss", "minimum_eval_times", "dataloader_drop_last",
+    "max_evaluate_steps", "dataloader_num_workers", "past_index", "run_name", "remove_unused_columns",
+    "label_names", "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "ignore_data_skip",
+    "wandb_api_key", "resume_from_checkpoint", "skip_memory_metrics", "flatten_param_grads",
+    "skip_profile_timer", "distributed_dataloader", "to_static", "ignore_load_lr_and_optim",
+    "ignore_save_lr_and_optim", "enable_auto_parallel",
+)
+
+
 def _switch(name: str) -> Tuple[str, str]:
     ours, word, value = SWITCHES[name]
     return ("renamed", f"{ours}: {value} adds the word {word} (read where that layout runs)")
 
 
 FIELDS: Dict[str, Tuple[str, str]] = {
+    **{name: PADDLENLP_FIELDS[name] for name in AS_PADDLENLP},
     "output_dir": ("default", "default output (required in PaddleFormers)"),
-    "overwrite_output_dir": ("same", "a fresh run into a directory with checkpoints is refused unless set"),
-    "do_train": ("same", "read by scripts"),
     "do_eval": ("same", "read by scripts (PaddleFormers sets it when evaluation_strategy is not no)"),
-    "do_predict": ("same", "read by scripts"),
-    "do_export": ("same", "read by scripts"),
     "evaluation_strategy": ("default", "default epoch (PaddleFormers: no)"),
-    "prediction_loss_only": ("unsupported", "evaluation always returns predictions; drop compute_metrics for loss only"),
-    "per_device_train_batch_size": ("same", ""),
-    "per_device_eval_batch_size": ("same", ""),
-    "gradient_accumulation_steps": ("same", ""),
-    "eval_accumulation_steps": ("same", "evaluation and prediction outputs move to the host every N steps (trainer.evaluation)"),
-    "learning_rate": ("same", ""),
     "weight_decay": ("same", "ours: on parameters with 2+ dims; a PaddleFormers TrainingArguments keeps PaddleFormers' rule (names without bias or norm)"),
-    "adam_beta1": ("same", ""),
-    "adam_beta2": ("same", ""),
-    "adam_epsilon": ("same", ""),
     "max_grad_norm": ("default", "default None = no clipping (PaddleFormers: 1.0); 0 also means no clipping"),
     "num_train_epochs": ("default", "default 3 (PaddleFormers: 1)"),
-    "max_steps": ("same", ""),
     "lr_scheduler_type": ("same", "linear, cosine, constant (and step, multistep) with ours; a PaddleFormers TrainingArguments keeps PaddleFormers' own schedule"),
-    "warmup_ratio": ("same", ""),
-    "warmup_steps": ("same", ""),
     "num_cycles": ("unsupported", "cosine decays to 0 once with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
     "lr_end": ("unsupported", "polynomial decay is not supported with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
     "power": ("unsupported", "polynomial decay is not supported with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
     "min_lr": ("unsupported", "cosine decays to 0 with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
     "moe_router_bias_update_rate": ("script", "the SFT workflow's MoECorrectionBiasAdjustCallback reads it; pass that callback to callbacks="),
     "freeze_training": ("refused", "True (no backward, no optimizer step, a frozen schedule) is not done here: it would train; to measure a model use evaluate()"),
-    "log_on_each_node": ("ignored", "rank 0 logs"),
-    "logging_dir": ("same", "where the trackers write (tensorboard/, wandb/, mlflow.db; default output_dir); metrics.jsonl and visualdl/ stay in output_dir"),
     "output_signal_dir": ("ignored", "checkpoints are written in a background thread with no signal files (save_async)"),
-    "logging_strategy": ("same", ""),
-    "logging_first_step": ("same", ""),
     "logging_steps": ("default", "default 10 (PaddleFormers: 500)"),
-    "save_strategy": ("same", ""),
-    "save_steps": ("same", ""),
     "save_total_limit": ("default", "default 3, the newest 3 of this run (PaddleFormers: None = keep all); the best checkpoint is always kept as well"),
-    "save_on_each_node": ("ignored", "rank 0 writes checkpoints; use a shared output_dir on several nodes"),
-    "no_cuda": ("same", "true means device cpu"),
-    "seed": ("same", ""),
     "bf16": ("same", "amp bf16 (PaddleNLP's spelling, kept by PaddleFormers); a CPU build trains in float32 with one warning"),
     "fp16": ("same", "amp fp16 (PaddleNLP's spelling, kept by PaddleFormers); a CPU build trains in float32 with one warning"),
     "fp16_opt_level": ("default", "spells amp_level; default None = amp_level's O1 (PaddleFormers: O1, the same level)"),
     "amp_master_grad": ("default", "default False (PaddleFormers: True, and its TrainingArguments raises unless fp16 or bf16 is set: on CPU pass amp_master_grad=False); here it needs amp_level O2 (fp16_opt_level O2), refused in one line otherwise"),
-    "bf16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
-    "fp16_full_eval": ("unsupported", "evaluation runs under the training AMP setting"),
     "amp_custom_black_list": ("unsupported", "AMP uses paddle's default op lists (PaddleFormers' default adds 6 ops to the black list; PaddleNLP's: None); only GPU AMP differs, a CPU build trains in float32"),
     "amp_custom_white_list": ("unsupported", "AMP uses paddle's default op lists (PaddleFormers' default adds 6 ops to the white list; PaddleNLP's: None); only GPU AMP differs, a CPU build trains in float32"),
     "sharding": ("default", "default '' = off (PaddleFormers: stage1, which its TrainingArguments clears on 1 process); stage1 runs on CPU, stage2/3 need a GPU (refused in one line); trainer.parallel"),
@@ -145,8 +137,6 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "dsa_indexer_loss_coeff": ("script", _MODEL),
     "sharding_comm_group_call_opt": ("unsupported", _MUON),
     "sharding_offload_opt_buffersize_GB": ("ignored", "sharding V2's offload buffer; " + _PERF),
-    "save_sharded_model": ("same", "a sharded run always saves each rank's shard at once, never gathered to one rank; False saves the same (it loads whole on any layout; export merges it)"),
-    "load_sharded_model": ("same", "a resume always reads the shards, whichever layout wrote them; False the same"),
     "load_sharded_model_remap_parameter_name": ("unsupported", _CKPT),
     "sharded_model_from_ema": ("unsupported", "no EMA weights: " + _CKPT),
     "tensor_model_parallel_size": ("renamed", "tensor_parallel_degree: fleet's tensor parallel over the hybrid topology; needs a GPU (refused in one line on a CPU build)"),
@@ -172,51 +162,28 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "recompute_mtp_granularity": ("script", _MODEL),
     "recompute_mtp_method": ("script", _MODEL),
     "recompute_mtp_modules": ("script", _MODEL),
-    "scale_loss": ("unsupported", "the fp16 loss scaler starts at 2**15 (callbacks.AMP)"),
-    "minimum_eval_times": ("unsupported", "set eval_steps"),
     "local_rank": ("same", "filled from the launcher's environment (PADDLE_RANK_IN_NODE), as in PaddleFormers"),
     "dataloader_shuffle": ("refused", "False (training data in order) is not done here: the training sampler always shuffles, so the numbers would change"),
-    "dataloader_drop_last": ("same", ""),
     "eval_steps": ("default", "default 0 = unset (PaddleFormers: None = logging_steps); set it with evaluation_strategy steps"),
-    "max_evaluate_steps": ("unsupported", "evaluation covers the whole dataset; pass a smaller eval_dataset"),
-    "dataloader_num_workers": ("same", ""),
     "prefetch_factor": ("ignored", "paddle's DataLoader default prefetching; " + _PERF),
-    "past_index": ("unsupported", "no mems/past state between steps"),
-    "run_name": ("same", "the trackers' run name (default the output_dir's name); TensorBoard: a subdirectory"),
     "device": ("default", "default auto, resolved to gpu or cpu (PaddleFormers: gpu)"),
     "disable_tqdm": ("default", "default False = the bar shows (PaddleFormers: True = a line per log record, PaddleNLP: None)"),
-    "remove_unused_columns": ("same", "drops sample keys the model's forward does not take (labels kept)"),
-    "label_names": ("same", ""),
-    "load_best_model_at_end": ("same", ""),
-    "metric_for_best_model": ("same", "accuracy and eval_accuracy both work"),
-    "greater_is_better": ("same", ""),
-    "ignore_data_skip": ("unsupported", "resume is exact: the sampler jumps to its position, nothing is replayed"),
     "optim": ("same", "adamw (also momentum, sgd); PaddleFormers' other optimizers (muon, adamw_mini, ...) are refused in one line"),
     "muon_exclude_patterns": ("unsupported", _MUON),
     "use_lowprecision_moment": ("refused", "16-bit AdamW moments are not supported: float32 moments would change the numbers"),
     "report_to": ("default", "tqdm, jsonl, visualdl, png, tensorboard, wandb, mlflow; none, all (default tqdm, jsonl, visualdl; PaddleFormers: None = visualdl)"),
     "ddp_find_unused_parameters": ("renamed", "find_unused_parameters (DataParallel); None = False"),
-    "wandb_api_key": ("same", "report_to wandb logs online with it (without a key: offline)"),
     "wandb_http_proxy": ("unsupported", "set HTTPS_PROXY for wandb instead"),
-    "resume_from_checkpoint": ("same", "a checkpoint directory of this project, auto or true"),
     "resume_from_huggingface_ckpt": ("script", "read by paddleformers.cli's DeepSeek-V3 pretraining workflow, not by its Trainer"),
     "auto_parallel_resume_form_hybrid_parallel": ("unsupported", _AUTO),
-    "skip_memory_metrics": ("same", "False: each log record and results.json carry the peak host RSS (and on a GPU paddle's peak allocated/reserved), the largest over ranks (trainer.memory_stats)"),
-    "flatten_param_grads": ("unsupported", "NPU only"),
     "lazy_data_processing": ("ignored", "datasets are used as given (" + _UNREAD + ")"),
     "use_async_save": ("ignored", "checkpoints are always written in a background thread (save_async)"),
     "ordered_save_group_size": ("ignored", "ranks write their shards at once; " + _PERF),
     "metrics_output_path": ("unsupported", "metrics.jsonl in output_dir holds every log record; no per-rank metrics files"),
-    "skip_profile_timer": ("ignored", "callbacks are timed always (trainer.describe_callbacks())"),
-    "distributed_dataloader": ("unsupported", "every rank reads its own shard"),
     "unified_checkpoint": ("same", "checkpoints are always unified here (safetensors under one manifest, one shard per rank, resharded onto any layout on resume; trainer.checkpoint.shards); False the same. PaddleFormers' own unified format is not written"),
-    "to_static": ("unsupported", _AUTO),
     "unified_checkpoint_config": ("same", "async_save (or enable_all_options) sets save_async; the other words concern PaddleFormers' own format: nothing to do here"),
     "ckpt_quant_stage": ("unsupported", "checkpoints are not quantized: " + _CKPT),
-    "ignore_load_lr_and_optim": ("unsupported", "a resume restores optimizer and scheduler: use a fresh run to reset them"),
-    "ignore_save_lr_and_optim": ("unsupported", "checkpoints always hold optimizer and scheduler state"),
     "force_reshard_pp": ("unsupported", "a resume always reshards onto the new layout (trainer.checkpoint.shards)"),
-    "enable_auto_parallel": ("unsupported", _AUTO),
     "use_expert_parallel": ("refused", _MOE + ": the model's experts would expect an expert-parallel group"),
     "release_grads": ("ignored", "gradients are cleared after each step; " + _PERF),
     "skip_data_intervals": ("refused", "skipping training steps' data is not supported: every batch is trained"),
