@@ -98,6 +98,22 @@ def test_script_rows_are_not_read_by_paddleformers_trainer():
     assert read == []
 
 
+def test_llm_meta_fields_are_the_model_config_fields_subclasses_gain():
+    """``LLM_META``: what ``llmmetaclass`` adds to a subclass (SFTConfig) beyond the table's rows, every one of them,
+    none read by PaddleFormers' Trainer (so leaving them to the script is PaddleFormers' behaviour)."""
+    from paddleformers.cli.train.sft.sft_config import SFTConfig
+    from paddleformers.transformers.configuration_utils import LlmMetaConfig
+
+    from trainer.args.paddleformers_fields import LLM_META
+
+    meta = {name for name, *_ in LlmMetaConfig._get_all_meta() if not hasattr(PaddleFormersArguments, name)}
+    assert sorted(LLM_META) == sorted(meta - set(FIELDS)) and len(set(LLM_META)) == len(LLM_META)
+    sft = {f.name for f in dataclasses.fields(SFTConfig)}
+    assert set(LLM_META) <= sft
+    trainer_source = _source("trainer", "trainer.py") + _source("trainer", "trainer_callback.py")
+    assert [n for n in LLM_META if re.search(rf"args\.{n}\b|args, \"{n}\"", trainer_source)] == []
+
+
 def test_fields_paddleformers_reads_nowhere_are_not_read():
     """Rows whose note says PaddleFormers reads the field nowhere: no ``.name`` in any of its modules."""
     import paddleformers

@@ -2,7 +2,8 @@
 of its dataclass, how it maps here (``FIELDS``: name -> (kind, note)); the fields PaddleFormers renamed, or that
 carry into a field of another name here (``RENAMED``: PaddleFormers' name -> ours); and PaddleFormers' primary
 switches that are words of PaddleNLP's ``*_parallel_config`` strings here (``SWITCHES``: name -> (our field, the
-word, the value that adds it)).
+word, the value that adds it)); and the model-config fields PaddleFormers' ``llmmetaclass`` adds to subclasses such
+as ``SFTConfig`` (``LLM_META``: ``script`` rows there).
 
 Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with two more:
 
@@ -67,6 +68,27 @@ SWITCHES: Dict[str, Tuple[str, str, bool]] = {
     "timer": ("pipeline_parallel_config", "enable_timer", True),
 }
 RENAMED.update({name: ours for name, (ours, _, _) in SWITCHES.items()})
+
+#: the fields paddleformers' ``llmmetaclass`` adds to a TrainingArguments subclass (``SFTConfig``, ...) beyond the
+#: rows of FIELDS (and its properties, such as ``tensor_parallel_rank``): attributes of the model's config, which the script copies there (``LlmMetaConfig.set_llm_config``)
+#: and PaddleFormers' Trainer never reads: ``script`` rows of such a subclass, never carried, never warned
+LLM_META = (
+    "use_fused_linear_cross_entropy", "apply_rope_fusion", "fuse_swiglu",
+    "tensor_parallel_output", "num_empty_layers_add_in_head", "num_empty_layers_add_in_tail",
+    "virtual_pipeline_model_parallel_size", "no_recompute_layers", "recompute_use_reentrant",
+    "use_fused_head_and_loss_fn", "use_filtered_label_loss", "loss_subbatch_sequence_length",
+    "moe_subbatch_token_num_before_dispatch", "moe_router_force_load_balancing", "moe_token_dispatcher_type",
+    "use_unified_moe", "moe_deepep_num_sms", "moe_use_fusion_node", "moe_pad_expert_input_to_capacity",
+    "moe_token_drop_policy", "moe_expert_capacity_factor", "router_aux_loss_coef", "router_z_loss_coef",
+    "moe_router_load_balancing_type", "moe_shared_expert_overlap", "moe_dequant_input", "moe_expert_fusion",
+    "moe_router_fusion", "moe_subbatch_token_num_after_dispatch", "moe_deep_gemm", "moe_ep_barrier", "fp8",
+    "fp8_wgrad", "multi_latent_attention", "no_rope_freq", "position_embedding_type", "high_precision_rope",
+    "gated_linear_unit", "normalization", "fp32_residual_connection", "softmax_scale", "softmax_type",
+    "init_method", "output_layer_init_method", "embedding_init_method", "embedding_init_method_std",
+    "experimental_dataflow", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "num_experts_per_tok", "hidden_size", "intermediate_size", "n_routed_experts", "use_qk_norm",
+    "tie_word_embeddings",
+)
 
 _AUTO = "auto parallel and static-graph training are not supported: dynamic-graph data parallel only"
 _AUTO_ONLY = "PaddleFormers applies it in auto-parallel mode only, which is not supported here (" + _AUTO + ")"
