@@ -126,6 +126,15 @@ def test_fields_paddleformers_reads_nowhere_are_not_read():
     assert [name for name in unread if re.search(rf"\.{name}\b", package)] == []
 
 
+def test_refused_fields_act_in_paddleformers():
+    """A ``refused`` row is a field PaddleFormers' Trainer or TrainingArguments acts on (so dropping it would change
+    the run): each is read there beyond its declaration."""
+    source = _source("trainer", "trainer.py") + _source("trainer", "training_args.py")
+    refused = [name for name, (kind, _) in FIELDS.items() if kind == "refused"]
+    assert len(refused) >= 8
+    assert [name for name in refused if not re.search(rf"(args|self)\.{name}\b", source)] == []
+
+
 def test_the_counts_in_the_docstring_are_the_table():
     counts = paddleformers_fields.counts()
     assert sum(counts.values()) == len(THEIRS) == 236
