@@ -1,18 +1,22 @@
 """The migration table of PaddleFormers' ``TrainingArguments`` (paddleformers 1.2.0): for every one of the 236 fields
-of its dataclass, how it maps here (``FIELDS``: name -> (kind, note)); the fields PaddleFormers renamed, or that
-carry into a field of another name here (``RENAMED``: PaddleFormers' name -> ours); and PaddleFormers' primary
-switches that are words of PaddleNLP's ``*_parallel_config`` strings here (``SWITCHES``: name -> (our field, the
-word, the value that adds it)); and the model-config fields PaddleFormers' ``llmmetaclass`` adds to subclasses such
-as ``SFTConfig`` (``LLM_META``: ``script`` rows there).
+of its dataclass, how it maps here (``FIELDS``: name -> (kind, note)). Beside it, for the conversion:
+``RENAMED`` (PaddleFormers' names of the parallel degrees -> ours, carried by value when > 1), ``CARRIED`` (the
+other ``renamed`` rows -> our field), ``SWITCHES`` (PaddleFormers' primary switches that are words of PaddleNLP's
+``*_parallel_config`` strings here: name -> (our field, the word, the value that adds it)) and ``LLM_META`` (the
+model-config fields PaddleFormers' ``llmmetaclass`` adds to subclasses such as ``SFTConfig``: ``script`` there).
 
-Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with two more:
+Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with three more:
 
 - ``same``: same name and meaning, a field of ours with PaddleFormers' default: carried;
-- ``renamed``: carried to the field ``RENAMED`` names (by value; ``recompute_granularity``: any value but None is
-  ``recompute=True``, as PaddleFormers' Trainer switches each sublayer's ``enable_recompute``; a ``SWITCHES`` row
-  adds its word to our ``*_parallel_config`` when it holds the value given);
+- ``renamed``: carried to the field ``RENAMED`` or ``CARRIED`` names (``recompute_granularity``: any value but None
+  is ``recompute=True``, as PaddleFormers' Trainer switches each sublayer's ``enable_recompute``; a switch adds its
+  word to our ``*_parallel_config`` when it holds the value ``SWITCHES`` gives);
 - ``default``: same name, a different default here: the door carries PaddleFormers' value, so a converted run
   behaves as PaddleFormers' (the note says where the defaults part and why);
+- ``recipe``: no field of ours; read from PaddleFormers' arguments themselves by the run's recipe
+  (``trainer.compat.paddleformers_recipe``: the schedule, the data order) or the callback adapter (its Hugging
+  Face-format saves): it acts on a converted run, never carried, never warned (PaddleNLP's table calls such rows
+  ``unsupported``: they act only with PaddleNLP's arguments);
 - ``script``: read outside the Trainer, under PaddleFormers too: by the script, by the model's config (the
   workflows of ``paddleformers.cli`` copy it there) or by PaddleFormers' ``TrainingArguments`` itself when it is
   built (environment flags): the door leaves it where it is, never carried, never warned;
@@ -23,25 +27,24 @@ Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with two more:
   off) cannot be honoured and would change the numbers or crash later: the door refuses it in one line
   (``ConfigError``, exit 2) naming the field, before anything is built.
 
-Counts (paddleformers 1.2.0, 236 fields): has its effect 102 (same 48, renamed 23, default 14, script 17), warned
-when set 124 (ignored 26, unsupported 98), refused 10 (``tests/paddleformers/test_pf_fields.py`` checks them).
+Counts (paddleformers 1.2.0, 236 fields): has its effect 110 (same 48, renamed 23, default 14, recipe 8,
+script 17), warned when set 118 (ignored 27, unsupported 91), refused 8 (``tests/paddleformers/test_pf_fields.py`` checks them).
 
 Data only, importing nothing but PaddleNLP's table (``AS_PADDLENLP``: its rows that hold as they are). Read by
 ``trainer.compat.args_convert`` (the conversion at the door) and ``trainer.compat.table`` (the table of
-docs/how-to/migrate-paddleformers.md, with PaddleFormers' defaults stored there). ``tests/paddleformers/test_pf_fields.py`` fails when a field of the installed paddleformers is missing.
+docs/how-to/migrate-paddleformers.md, with PaddleFormers' defaults stored there);
+``tests/paddleformers/test_pf_fields.py`` fails when a field of the installed paddleformers is missing.
 """
 
 from typing import Dict, Tuple
 
 from .fields_table import FIELDS as PADDLENLP_FIELDS
 
-#: PaddleFormers' names -> ours, for every ``renamed`` row
+#: PaddleFormers' names of PaddleNLP's parallel degrees -> ours: carried by value when > 1 (-1 and 1 mean off)
 RENAMED: Dict[str, str] = {
     "tensor_model_parallel_size": "tensor_parallel_degree",
     "pipeline_model_parallel_size": "pipeline_parallel_degree",
     "sharding_parallel_size": "sharding_parallel_degree",
-    "recompute_granularity": "recompute",
-    "ddp_find_unused_parameters": "find_unused_parameters",
 }
 
 #: PaddleFormers' primary switches that are a word of a ``*_parallel_config`` here: name -> (our field, word, the
@@ -67,11 +70,15 @@ SWITCHES: Dict[str, Tuple[str, str, bool]] = {
     "clear_every_step_cache": ("pipeline_parallel_config", "enable_clear_every_step_cache", True),
     "timer": ("pipeline_parallel_config", "enable_timer", True),
 }
-RENAMED.update({name: ours for name, (ours, _, _) in SWITCHES.items()})
+#: the other ``renamed`` rows -> our field: ``recompute_granularity`` (any value but None is ``recompute=True``),
+#: ``ddp_find_unused_parameters`` (None = False) and every switch (its word added to that field)
+CARRIED: Dict[str, str] = {"recompute_granularity": "recompute", "ddp_find_unused_parameters": "find_unused_parameters",
+                           **{name: ours for name, (ours, _, _) in SWITCHES.items()}}
 
 #: the fields paddleformers' ``llmmetaclass`` adds to a TrainingArguments subclass (``SFTConfig``, ...) beyond the
-#: rows of FIELDS (and its properties, such as ``tensor_parallel_rank``): attributes of the model's config, which the script copies there (``LlmMetaConfig.set_llm_config``)
-#: and PaddleFormers' Trainer never reads: ``script`` rows of such a subclass, never carried, never warned
+#: rows of FIELDS (and its properties, such as ``tensor_parallel_rank``): attributes of the model's config, which
+#: the script copies there (``LlmMetaConfig.set_llm_config``) and PaddleFormers' Trainer never reads: ``script``
+#: rows of such a subclass, never carried, never warned
 LLM_META = (
     "use_fused_linear_cross_entropy", "apply_rope_fusion", "fuse_swiglu",
     "tensor_parallel_output", "num_empty_layers_add_in_head", "num_empty_layers_add_in_tail",
@@ -95,8 +102,7 @@ _AUTO_ONLY = "PaddleFormers applies it in auto-parallel mode only, which is not 
 _CKPT = ("checkpoints are this project's own (safetensors under one manifest, one shard per rank, resumed onto any "
          "layout; trainer.checkpoint); PaddleFormers' checkpoint formats are neither written nor read by the Trainer")
 _ZCC = "zero-cost (flash) checkpoints are not supported: " + _CKPT
-_HF = ("no Hugging Face-format copies are written during training; save_model() writes the model's "
-       "save_pretrained(output_dir)")
+_HF = "save_model() writes the model's save_pretrained(output_dir) as it is (save_hf_steps' saves too)"
 _MUON = "the Muon optimizer is not supported (optim muon is refused: adamw, momentum, sgd)"
 _MOE = "expert parallel and MoE-specific training are not supported"
 _PP_CONFIG = "a fleet pipeline option ours does not set (pipeline_parallel_config words: trainer.layout.plan)"
@@ -136,12 +142,12 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "max_grad_norm": ("default", "default None = no clipping (PaddleFormers: 1.0); 0 also means no clipping"),
     "num_train_epochs": ("default", "default 3 (PaddleFormers: 1)"),
     "lr_scheduler_type": ("same", "linear, cosine, constant (and step, multistep) with ours; a PaddleFormers TrainingArguments keeps PaddleFormers' own schedule"),
-    "num_cycles": ("unsupported", "cosine decays to 0 once with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
-    "lr_end": ("unsupported", "polynomial decay is not supported with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
-    "power": ("unsupported", "polynomial decay is not supported with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
-    "min_lr": ("unsupported", "cosine decays to 0 with ours; acts with a PaddleFormers TrainingArguments (PaddleFormers' own schedule)"),
+    "num_cycles": ("recipe", "acts with a PaddleFormers TrainingArguments: PaddleFormers' own schedule (its get_scheduler) reads it; our TrainingArguments has no such field (cosine decays to 0 once)"),
+    "lr_end": ("recipe", "acts with a PaddleFormers TrainingArguments: PaddleFormers' own schedule (its get_scheduler) reads it; our TrainingArguments has no such field (polynomial decay)"),
+    "power": ("recipe", "acts with a PaddleFormers TrainingArguments: PaddleFormers' own schedule (its get_scheduler) reads it; our TrainingArguments has no such field (polynomial decay)"),
+    "min_lr": ("recipe", "acts with a PaddleFormers TrainingArguments: PaddleFormers' own schedule (its get_scheduler) reads it; our TrainingArguments has no such field (cosine decays to 0)"),
     "moe_router_bias_update_rate": ("script", "the SFT workflow's MoECorrectionBiasAdjustCallback reads it; pass that callback to callbacks="),
-    "freeze_training": ("refused", "True (no backward, no optimizer step, a frozen schedule) is not done here: it would train; to measure a model use evaluate()"),
+    "freeze_training": ("recipe", "True: PaddleFormers' recipe holds the learning rate at 0, so the parameters stay as they are (PaddleFormers also skips backward and the optimizer step)"),
     "output_signal_dir": ("ignored", "checkpoints are written in a background thread with no signal files (save_async)"),
     "logging_steps": ("default", "default 10 (PaddleFormers: 500)"),
     "save_total_limit": ("default", "default 3, the newest 3 of this run (PaddleFormers: None = keep all); the best checkpoint is always kept as well"),
@@ -186,7 +192,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "recompute_mtp_method": ("script", _MODEL),
     "recompute_mtp_modules": ("script", _MODEL),
     "local_rank": ("same", "filled from the launcher's environment (PADDLE_RANK_IN_NODE), as in PaddleFormers"),
-    "dataloader_shuffle": ("refused", "False (training data in order) is not done here: the training sampler always shuffles, so the numbers would change"),
+    "dataloader_shuffle": ("recipe", "False: PaddleFormers' data order reads the training data in order (trainer.compat.paddleformers_recipe)"),
     "eval_steps": ("default", "default 0 = unset (PaddleFormers: None = logging_steps); set it with evaluation_strategy steps"),
     "prefetch_factor": ("ignored", "paddle's DataLoader default prefetching; " + _PERF),
     "device": ("default", "default auto, resolved to gpu or cpu (PaddleFormers: gpu)"),
@@ -239,14 +245,14 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "profile": ("unsupported", "nsys profiling is not started by the Trainer: run the script under nsys"),
     "profile_step_start": ("unsupported", "nsys profiling is not started by the Trainer: run the script under nsys"),
     "profile_step_end": ("unsupported", "nsys profiling is not started by the Trainer: run the script under nsys"),
-    "save_checkpoint_format": ("unsupported", _CKPT),
+    "save_checkpoint_format": ("recipe", "the callback adapter makes save_hf_steps' saves with PaddleFormers' default flex_checkpoint, as its Trainer does; otherwise " + _CKPT),
     "load_checkpoint_format": ("unsupported", _CKPT),
     "aoa_config": ("unsupported", "FlexCheckpoint's weight mapping: " + _CKPT),
     "load_via_cpu": ("ignored", "checkpoints load through host memory here"),
-    "save_hf_steps": ("unsupported", _HF),
-    "save_hf_total_limit": ("unsupported", _HF),
+    "save_hf_steps": ("recipe", "with save_strategy steps: every N steps the model is saved as save_model() saves it into hf_checkpoint-<step> and a PaddleFormers callback's on_save_hf fires, as in PaddleFormers (the callback adapter)"),
+    "save_hf_total_limit": ("unsupported", "save_hf_steps' hf_checkpoint-<step> directories are all kept"),
     "save_last_step": ("unsupported", "a converted run saves on save_steps only, as under PaddleFormers' default; with our TrainingArguments flush_at_end (default true) saves the last step"),
-    "save_hf_memory_growth_threshold": ("unsupported", _HF),
+    "save_hf_memory_growth_threshold": ("ignored", "a memory bound of PaddleFormers' own Hugging Face-format saver; " + _PERF),
     "hybrid_parallel_expert_grad_scale": ("unsupported", _MOE),
     "use_intermediate_api": ("unsupported", _AUTO),
     "offload_fp8_expert_master_weight": ("unsupported", _MOE + " (FP8 experts)"),
@@ -317,7 +323,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
 }
 
 #: the kinds of FIELDS, grouped as the counts above and the docs group them
-HAS_EFFECT = ("same", "renamed", "default", "script")
+HAS_EFFECT = ("same", "renamed", "default", "recipe", "script")
 WARNED = ("ignored", "unsupported")
 REFUSED = ("refused",)
 
@@ -327,3 +333,8 @@ def counts() -> Dict[str, int]:
     kinds = [kind for kind, _ in FIELDS.values()]
     return {"has effect": sum(k in HAS_EFFECT for k in kinds), "warned": sum(k in WARNED for k in kinds),
             "refused": sum(k in REFUSED for k in kinds)}
+
+
+def target(name: str) -> str:
+    """The field of ours a ``same``, ``default`` or ``renamed`` row lands on."""
+    return RENAMED.get(name) or CARRIED.get(name) or name

@@ -23,6 +23,7 @@ from ..args import TrainingArguments, paddleformers_fields
 from ..args.fields_table import FIELDS
 
 KIND_WORDS = {"same": "same", "default": "different default", "renamed": "renamed",
+              "recipe": "read from PaddleFormers' arguments (acts)",
               "script": "read by the script or model (as under PaddleFormers)",
               "ignored": "accepted, **no effect** (a set value warns)",
               "unsupported": "accepted, **no effect**: not supported (a set value warns)",
@@ -299,7 +300,7 @@ def paddleformers_markdown() -> str:
             "|---|---|---|---|---|---|"]
     for name, theirs in PADDLEFORMERS_DEFAULTS.items():
         kind, note = table.get(name, ("unsupported", "not in the table yet"))
-        target = paddleformers_fields.RENAMED.get(name, name) if kind in ("same", "default", "renamed") else None
+        target = paddleformers_fields.target(name) if kind in ("same", "default", "renamed") else None
         here = f"`{target}`" if target else "-"
         mine = _default(ours[target]) if target in ours else "-"
         shown = theirs if theirs == "required" else f"`{theirs}`".replace("|", "\\|")
