@@ -5,8 +5,8 @@ Owns:
 
 - ``door``: ``Trainer(...)``'s PaddleNLP keywords and objects, at construction;
 - ``args_convert``: paddlenlp ``TrainingArguments`` -> ours (by the migration table,
-  ``trainer.args.fields_table``); ``table``: that table and PaddleFormers' (``trainer.args.paddleformers_fields``)
-  as Markdown (``python -m trainer.compat.table [paddleformers]``);
+  ``trainer.args.fields_table``); ``table``: that table as Markdown
+  (``python -m trainer.compat.table``);
 - ``outputs``: ``TrainOutput``, ``PredictionOutput``, ``EvalPrediction``
   (named tuples);
 - ``api``: ``train``, ``save_model``, ``log_metrics``, ``save_metrics``,
