@@ -132,12 +132,21 @@ def what_runs_where() -> str:
     return where_it_runs()
 
 
+def paddleformers_arguments() -> str:
+    """PaddleFormers' TrainingArguments field by field (trainer/args/paddleformers_fields.py), with its counts; its
+    defaults are stored in trainer/compat/table.py, so this runs without paddleformers."""
+    from trainer.compat.table import paddleformers_counts_line, paddleformers_markdown
+
+    return paddleformers_counts_line() + "\n\n" + paddleformers_markdown()
+
+
 GENERATORS = {
     "training-arguments": training_arguments_table,
     "trainer-state": trainer_state_table,
     "events": events_table,
     "ptrain-help": ptrain_help,
     "what-runs-where": what_runs_where,
+    "paddleformers-arguments": paddleformers_arguments,
 }
 
 

@@ -114,6 +114,51 @@ def test_the_tables_kept_in_the_markdown_are_the_codes():
     assert generate.expand(kept, kept_only=True) != kept and "| `on_fit_begin`" in generate.expand(kept, kept_only=True)
 
 
+def test_the_paddleformers_table_prints_without_paddleformers_and_is_the_pages():
+    """docs/how-to/migrate-paddleformers.md keeps PaddleFormers' field table, generated where paddleformers is not
+    installed (here) from the table module and the defaults stored beside it: ``python -m trainer.compat.table
+    paddleformers``, as the page shows it, prints the rows the page holds, one per field, none missing from the
+    table, without importing paddleformers or paddle."""
+    from trainer.args.paddleformers_fields import FIELDS
+    from trainer.compat.table import PADDLEFORMERS_DEFAULTS
+
+    code = ("import runpy, sys; sys.argv = ['table', 'paddleformers']; runpy.run_module('trainer.compat.table', "
+            "run_name='__main__'); print('IMPORTED', 'paddle' in sys.modules, 'paddleformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=patience(120), env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed, imported = proc.stdout.rstrip().rsplit("\n", 1)
+    assert imported == "IMPORTED False False"
+    page = open(os.path.join(REPO, "docs", "how-to", "migrate-paddleformers.md"), encoding="utf-8").read()
+    assert "python -m trainer.compat.table paddleformers" in page and printed in page
+    rows = [r for r in printed.splitlines()[2:]]
+    assert len(rows) == len(PADDLEFORMERS_DEFAULTS) == len(FIELDS) == 236
+    assert set(PADDLEFORMERS_DEFAULTS) == set(FIELDS) and "not in the table yet" not in printed
+
+
+def test_the_documented_regeneration_command_rewrites_a_stale_table(tmp_path):
+    """``python docs/hooks/generate.py`` as docs/how-to/migrate-paddleformers.md shows it, in a copy of the docs
+    and the code: nothing to write while the tables are the code's; a stale PaddleFormers table is written anew."""
+    import shutil
+
+    for folder in ("docs", "trainer", "callbacks"):
+        shutil.copytree(os.path.join(REPO, folder), tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    page = tmp_path / "docs" / "how-to" / "migrate-paddleformers.md"
+    fresh = page.read_text(encoding="utf-8")
+
+    def run():
+        proc = subprocess.run([sys.executable, "docs/hooks/generate.py"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=patience(120), env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    assert run() == ""
+    page.write_text(fresh.replace("| `sharding` | `'stage1'` |", "| `sharding` | `''` |"), encoding="utf-8")
+    assert page.read_text(encoding="utf-8") != fresh
+    assert run().strip() == "wrote docs/how-to/migrate-paddleformers.md"
+    assert page.read_text(encoding="utf-8") == fresh
+
+
 def test_an_unknown_generated_section_fails_the_build():
     with pytest.raises(ValueError, match="unknown generated section 'nope'"):
         generate.expand("<!-- generated: nope -->")

@@ -3,8 +3,8 @@
 Owns: :class:`TrainingArguments` (``arguments``: the fields, their checks, loading from YAML and the command
 line, and the run's :class:`trainer.layout.Layout`, planned once when the fields are checked), the PaddleNLP
 spellings turned into the project's one name per option (``aliases``), PaddleNLP's fields without an option of
-their own here (``paddlenlp_fields``: a dataclass base of ``TrainingArguments``) and the migration table of
-PaddleNLP's fields (``fields_table``: data).
+their own here (``paddlenlp_fields``: a dataclass base of ``TrainingArguments``) and the migration tables of
+PaddleNLP's fields (``fields_table``: data) and of PaddleFormers' (``paddleformers_fields``: data).
 
 May import: ``trainer.errors``, ``trainer.device`` (the device choices), ``trainer.capabilities`` (what this build
 can run, asked before anything is launched), ``trainer.layout`` (the parallel fields are planned together) and
