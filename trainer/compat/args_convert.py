@@ -1,8 +1,8 @@
-"""PaddleNLP ``TrainingArguments`` (or a subclass such as
-``CompressionArguments``) -> ours, field by field.
+"""PaddleNLP's or PaddleFormers' ``TrainingArguments`` (or a subclass such as
+``CompressionArguments`` or ``SFTConfig``) -> ours, field by field.
 
-``FIELDS`` (``trainer.args.fields_table``) is the migration table: for every field of PaddleNLP's dataclass,
-how it maps here. Kinds:
+``FIELDS`` (``trainer.args.fields_table``; PaddleFormers': ``trainer.args.paddleformers_fields``) is the
+migration table: for every field of their dataclass, how it maps here. Kinds:
 
 - ``same``: same name and meaning;
 - ``renamed``: carried to the field named in the note;
@@ -19,6 +19,12 @@ how it maps here. Kinds:
 A field of a subclass (``CompressionArguments``' own) that has no counterpart
 here is named in one warning too.
 
+PaddleFormers renamed PaddleNLP's parallel fields (``RENAMED``: ``tensor_model_parallel_size`` ->
+``tensor_parallel_degree``...) and replaced the ``recompute`` switch by ``recompute_granularity`` (any value
+turns ours on; ``recompute_method``/``recompute_num_layers`` are warned about: ours recomputes every block).
+Its ``sharding`` after its ``__post_init__`` is what it runs: ``[]`` on one process, ``stage1`` by default on
+several; carried as it is, so a converted run shards as PaddleFormers' would.
+
 ``docs/how-to/migrate-paddlenlp.md`` shows this table; a test fails when a
 field of the installed paddlenlp is missing from it.
 """
@@ -31,7 +37,7 @@ import os
 from typing import Any
 
 from ..args import REPORTERS, TRACKERS, TrainingArguments
-from ..args.fields_table import FIELDS
+from ..args.fields_table import FIELDS as PADDLENLP_FIELDS
 
 logger = logging.getLogger("trainer")
 
@@ -43,8 +49,24 @@ RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 
-def convert_args(pargs: Any):
-    """Our ``TrainingArguments`` from a paddlenlp one; warns once naming every set field that has no counterpart."""
+# PaddleFormers' recompute fields: recompute_granularity switches ours on; these change what is recomputed there,
+# not here (ours recomputes every block, or recompute_modules)
+PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers")
+
+
+def _tables(origin: str):
+    """(FIELDS, RENAMED, guide) of ``origin``'s migration table."""
+    if origin == "paddleformers":
+        from ..args.paddleformers_fields import FIELDS, RENAMED
+
+        return FIELDS, RENAMED, "docs/how-to/migrate-paddleformers.md"
+    return PADDLENLP_FIELDS, {}, "docs/how-to/migrate-paddlenlp.md"
+
+
+def convert_args(pargs: Any, origin: str = "paddlenlp"):
+    """Our ``TrainingArguments`` from a paddlenlp (or paddleformers) one; warns once naming every set field that
+    has no counterpart."""
+    fields, renamed, guide = _tables(origin)
     ours = set(TrainingArguments.field_names())
     values: dict = {}
     dropped = []
@@ -53,11 +75,24 @@ def convert_args(pargs: Any):
         if not f.init:
             continue
         name, value = f.name, getattr(pargs, f.name)
-        kind = FIELDS.get(name, ("unsupported", "not a PaddleNLP TrainingArguments field"))[0]
+        kind = fields.get(name, ("unsupported", f"not a {origin} TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
-        if name in RECIPE_FIELDS:
-            continue  # read from the paddlenlp arguments by PaddleNLP's recipe (trainer.compat.paddlenlp_recipe)
+        if name in RECIPE_FIELDS or (origin == "paddleformers" and name == "min_lr"):
+            continue  # read from their arguments by their recipe (trainer.compat.paddlenlp_recipe)
+        if name in renamed:
+            if renamed[name] in ours and int(value or -1) > 1:  # their -1/1 = off: ours keeps its own default
+                values[renamed[name]] = int(value)
+            elif _is_set(f, value, reference) and renamed[name] not in ours:
+                dropped.append(name)
+            continue
+        if origin == "paddleformers" and name == "recompute_granularity":
+            values["recompute"] = value is not None
+            continue
+        if origin == "paddleformers" and name in PF_RECOMPUTE_DETAIL:
+            if value is not None:
+                dropped.append(name)
+            continue
         if kind in ("same", "default", "renamed") and name in ours and name != "logging_dir":
             values[name] = _plain(value)
         elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
@@ -81,8 +116,8 @@ def convert_args(pargs: Any):
     if values.get("disable_tqdm") is None:
         values["disable_tqdm"] = False
     if dropped:
-        logger.warning("these paddlenlp TrainingArguments have no counterpart here and are ignored: %s "
-                       "(see docs/how-to/migrate-paddlenlp.md)", ", ".join(_describe(pargs, n) for n in dropped))
+        logger.warning("these %s TrainingArguments have no counterpart here and are ignored: %s (see %s)",
+                       origin, ", ".join(_describe(pargs, n) for n in dropped), guide)
     return TrainingArguments(**values)
 
 
