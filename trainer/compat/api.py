@@ -213,8 +213,23 @@ class PaddleNLPAPI:
             return
         state = self.state.state_dict()
         state["best_model_checkpoint"] = state.get("best_checkpoint")
+        for key, value in self._their_state_keys().items():  # their TrainerState's other keys, beside ours
+            state.setdefault(key, value)
         os.makedirs(self.args.output_dir, exist_ok=True)
         _write_json(os.path.join(self.args.output_dir, "trainer_state.json"), state)
+
+    def _their_state_keys(self) -> dict:
+        """Keys of PaddleNLP's (and PaddleFormers') ``TrainerState`` that ours has not; PaddleFormers' adds
+        ``consumed_samples``: the samples of the optimizer steps taken, over every rank."""
+        keys = {"total_flos": 0, "is_local_process_zero": self.is_local_process_zero(),
+                "is_world_process_zero": self.is_world_process_zero(), "trial_name": None, "trial_params": None}
+        handler = next(iter(self._compat_handlers()), None)
+        recipe = getattr(self, "recipe", None)
+        if getattr(recipe, "name", None) == "paddleformers" or (handler is not None and handler.origin() == "paddleformers"):
+            a = self.args
+            keys["consumed_samples"] = self.state.global_step * a.per_device_train_batch_size * \
+                a.gradient_accumulation_steps * self.layout.data_world_size
+        return keys
 
     # ---- facts and callbacks -----------------------------------------------------------
     def is_world_process_zero(self) -> bool:
