@@ -146,7 +146,7 @@ class Trainer(PaddleNLPAPI):
         self._eval_loaders: dict = {}  # id(dataset) -> (dataset, loader) with persistent workers, during fit()
         self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
         self._auto_batch: Optional[AutoBatch] = None
-        self._compat_init_end(door.paddlenlp_args)
+        self._compat_init_end(door)
 
     # ---- public facts --------------------------------------------------------
     @property

@@ -62,8 +62,15 @@ class PaddleNLPAPI:
     _in_train_api = False
 
     # ---- the door (called from Trainer.__init__) ------------------------------------
-    def _compat_init_end(self, paddlenlp_args) -> None:
+    def _compat_init_end(self, door) -> None:
+        """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
         from .paddlenlp_callbacks import PaddleNLPCallbacks
+
+        paddlenlp_args = door.paddlenlp_args
+        wants_adapter = door.resume_from_custom_func is not None or \
+            int(getattr(paddlenlp_args, "save_hf_steps", -1) or -1) > 0  # PaddleFormers' hf saves come from it
+        if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:
+            self.callbacks.add(PaddleNLPCallbacks())
 
         if self.is_main_process:  # PaddleNLP's Trainer makes output_dir at construction; scripts write into it
             with contextlib.suppress(OSError):  # a path that cannot be made is reported by fit() (trainer.checkpoint)
@@ -76,6 +83,7 @@ class PaddleNLPAPI:
         handler = self.callbacks.get(PaddleNLPCallbacks)
         if handler is not None:
             handler.paddlenlp_args = paddlenlp_args
+            handler.resume_from_custom_func = door.resume_from_custom_func
             handler.init_end(self)
 
     def _adapt(self, callback) -> list:
@@ -130,20 +138,37 @@ class PaddleNLPAPI:
         """Write the model (and tokenizer) so that ``from_pretrained(output_dir)`` loads them; rank 0 only."""
         import paddle
 
+        from .door import framework_of
+
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
+        # PaddleFormers' default save_pretrained format (flex_checkpoint) is collective on several processes, and
+        # calls .cuda() there: with every rank holding the whole model, rank 0 writes its non-collective format
+        # (model.safetensors; a LoRA adapter's lora_model_state.pdparams), which from_pretrained loads the same
+        several = self.world_size > 1 and framework_of(self.model) == "paddleformers"
         if self.is_main_process:
             fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
-            if hasattr(self.model, "save_pretrained"):
+            if several:
+                self.model.save_pretrained(output_dir, save_checkpoint_format="unified_checkpoint",
+                                           safe_serialization=True)
+            elif hasattr(self.model, "save_pretrained"):
                 self.model.save_pretrained(output_dir)
             else:
                 paddle.save(self.model.state_dict(), os.path.join(output_dir, "model_state.pdparams"))
-            if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
-                self.tokenizer.save_pretrained(output_dir)
-            with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
-                json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
+            self._save_beside_model(output_dir)
         return output_dir
+
+    def _save_beside_model(self, output_dir: str) -> None:
+        """The tokenizer (processing class) and our arguments, beside the saved model (rank 0)."""
+        if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+            json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
+
+    def save_hf_checkpoint(self) -> str:
+        """PaddleFormers' hf checkpoint: ``save_model`` into ``<output_dir>/hf_checkpoint-<step>``."""
+        return self.save_model(os.path.join(self.args.output_dir, f"hf_checkpoint-{self.state.global_step}"))
 
     def metrics_format(self, metrics: dict) -> dict:
         """Metrics for people: runtimes as h:mm:ss.ss, floats rounded to 4 places."""
@@ -188,8 +213,23 @@ class PaddleNLPAPI:
             return
         state = self.state.state_dict()
         state["best_model_checkpoint"] = state.get("best_checkpoint")
+        for key, value in self._their_state_keys().items():  # their TrainerState's other keys, beside ours
+            state.setdefault(key, value)
         os.makedirs(self.args.output_dir, exist_ok=True)
         _write_json(os.path.join(self.args.output_dir, "trainer_state.json"), state)
+
+    def _their_state_keys(self) -> dict:
+        """Keys of PaddleNLP's (and PaddleFormers') ``TrainerState`` that ours has not; PaddleFormers' adds
+        ``consumed_samples``: the samples of the optimizer steps taken, over every rank."""
+        keys = {"total_flos": 0, "is_local_process_zero": self.is_local_process_zero(),
+                "is_world_process_zero": self.is_world_process_zero(), "trial_name": None, "trial_params": None}
+        handler = next(iter(self._compat_handlers()), None)
+        recipe = getattr(self, "recipe", None)
+        if getattr(recipe, "name", None) == "paddleformers" or (handler is not None and handler.origin() == "paddleformers"):
+            a = self.args
+            keys["consumed_samples"] = self.state.global_step * a.per_device_train_batch_size * \
+                a.gradient_accumulation_steps * self.layout.data_world_size
+        return keys
 
     # ---- facts and callbacks -----------------------------------------------------------
     def is_world_process_zero(self) -> bool:

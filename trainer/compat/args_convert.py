@@ -89,6 +89,8 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
         if origin == "paddleformers" and name == "recompute_granularity":
             values["recompute"] = value is not None
             continue
+        if origin == "paddleformers" and name == "split_param":
+            continue  # carried below, as a word of sharding_parallel_config (PaddleNLP's spelling, and ours)
         if origin == "paddleformers" and name in PF_RECOMPUTE_DETAIL:
             if value is not None:
                 dropped.append(name)
@@ -100,6 +102,9 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
                 values[name] = _plain(value)
         elif _is_set(f, value, reference):
             dropped.append(name)
+    if origin == "paddleformers" and getattr(pargs, "split_param", False) and "stage1" in str(values.get("sharding")):
+        words = str(values.get("sharding_parallel_config") or "").split()
+        values["sharding_parallel_config"] = " ".join(words + ["split_param"] * ("split_param" not in words))
     # PaddleNLP's device default is gpu even without one: gpu here means "the GPU when there is one"
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
     report_to = values.get("report_to")
@@ -138,10 +143,15 @@ def _plain(value):
 
 def _reference(pargs):
     """The same class with defaults only, as its __post_init__ leaves them (it fills some fields itself)."""
-    try:
-        return type(pargs)(output_dir=pargs.output_dir)
-    except Exception:  # noqa: BLE001 - a subclass with other required fields: compare with the declared defaults
-        return None
+    attempts = [{}]
+    if hasattr(pargs, "amp_master_grad"):  # PaddleFormers' default (True) raises without AMP: its CPU defaults
+        attempts.append({"amp_master_grad": pargs.amp_master_grad, "bf16": pargs.bf16, "fp16": pargs.fp16})
+    for extra in attempts:
+        try:
+            return type(pargs)(output_dir=pargs.output_dir, **extra)
+        except Exception:  # noqa: BLE001, S112 - a subclass with other required fields: the declared defaults
+            continue
+    return None
 
 
 def _is_set(f: dataclasses.Field, value, reference) -> bool:
