@@ -10,7 +10,7 @@ an ``SFTConfig``), None for          our ``TrainingArguments`` too (the SFT opti
 ``SFTConfig("tmp_trainer")``         defaults)
 ``model``: a layer, or a name for    the same; ``model_init_kwargs`` as theirs
 ``AutoModelForCausalLM``
-the datasets: a ``datasets.Dataset`` PaddleFormers' own ``_prepare_dataset`` (called on this trainer): chat,
+the datasets: a ``datasets.Dataset`` PaddleFormers' own ``_prepare_dataset`` (run over the same options): chat,
 formatted and tokenized; a paddle    instruction and src/tgt formats found, ``dataset_text_field`` tokenized up
 dataset (``create_dataset``'s packed to ``max_seq_len``, labels shifted; a paddle dataset as it is (a packed
 / greedy-intokens streams) as it is  stream goes through ``trainer.data.iterable``)
@@ -20,6 +20,8 @@ no ``data_collator``                 ``DataCollatorForSeq2Seq(tokenizer)``, as t
 ``prediction_step``: arg-max of the  ``evaluation_step``: the same arg-max (keepdim); with ``do_generation``,
 logits; ``do_generation``:           ``model.generate`` as theirs; ``prediction_loss_only``: loss alone
 sampled tokens
+``processing_class``                 a text model's (``AutoProcessor``'s copy of the tokenizer, from ``run_sft``):
+                                     the tokenizer is the one saved; a multimodal processor: refused
 ``set_optimizer_grouped_parameters`` the parameters the optimizer updates (``run_sft`` passes the trainable ones)
 ``get_ptq_dataloader``, ``ptq_loop`` not here (post-training quantization): refused in one line
 ===================================  =========================================================================
@@ -30,8 +32,11 @@ copy (the same tokens; only ``datasets``' cache would have been shared).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import math
+import types
 from typing import Callable, Optional
 
 from ..errors import ConfigError
@@ -60,6 +65,11 @@ class SFTTrainer(Trainer):
         self.do_generation, self.gen_args, self.data_args = do_generation, gen_args, data_args
         args = _sft_config(args)
         model, tokenizer = _model_and_tokenizer(model, tokenizer, args)
+        processor = kwargs.pop("processing_class", None)
+        if processor is not None and processor is not tokenizer and not hasattr(processor, "convert_tokens_to_ids"):
+            raise ConfigError(f"processing_class: a {type(processor).__name__} beside the tokenizer is a multimodal "
+                              "run, not taken here: run it with PaddleFormers' SFTTrainer")
+        # run_sft passes AutoProcessor's copy of the tokenizer as processing_class: the tokenizer is saved already
         if _option(args, "max_seq_len") is None:
             args.max_seq_len = min(tokenizer.model_max_length, 1024)
             logger.warning("no max_seq_len was given to the SFTTrainer: it is %d", args.max_seq_len)
@@ -88,20 +98,29 @@ class SFTTrainer(Trainer):
 
             data_collator = DataCollatorForSeq2Seq(tokenizer=tokenizer)
         self.optimizer_grouped_parameters = None
-        super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+        door_args = _without_sft_options(args)
+        super().__init__(model=model, args=door_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
                          compute_metrics=compute_metrics, callbacks=callbacks, criterion=criterion,
                          data_collator=data_collator, tokenizer=tokenizer, optimizers=optimizers,
                          preprocess_logits_for_metrics=preprocess_logits_for_metrics, **kwargs)
-        self.sft_args = args  # the SFTConfig given (the door converted a copy into self.args)
+        self.sft_args = args  # the SFTConfig given (the door converted it into self.args)
+        for callback in self.callbacks:  # their callbacks see the SFTConfig as given
+            if door_args is not args and getattr(callback, "paddlenlp_args", None) is door_args:
+                callback.paddlenlp_args = args
         self.recipe = PerplexityLog(self.recipe)
 
     def _preparer(self, tokenizer, args, formatting_func, dataset_kwargs) -> Callable:
-        """PaddleFormers' own preparation of one dataset, run on this trainer (it reads ``dataset_num_proc`` and
-        ``dataset_batch_size`` from it), so that formatting, tokenizing and labels are theirs to the token."""
+        """PaddleFormers' own preparation of one dataset (its ``_prepare_dataset`` and
+        ``_prepare_non_packed_dataloader``, which read ``dataset_num_proc`` and ``dataset_batch_size`` from their
+        trainer: here from a small stand-in), so that formatting, tokenizing and labels are theirs to the token."""
         from paddleformers.cli.train.sft.sft_trainer import SFTTrainer as Theirs
 
+        theirs = types.SimpleNamespace(dataset_num_proc=self.dataset_num_proc,
+                                       dataset_batch_size=self.dataset_batch_size)
+        theirs._prepare_non_packed_dataloader = types.MethodType(Theirs._prepare_non_packed_dataloader, theirs)
+
         def prepare(dataset):
-            return Theirs._prepare_dataset(self, dataset, tokenizer, _option(args, "dataset_text_field"),
+            return Theirs._prepare_dataset(theirs, dataset, tokenizer, _option(args, "dataset_text_field"),
                                            _option(args, "max_seq_len"), formatting_func,
                                            remove_unused_columns=_option(args, "remove_unused_columns"),
                                            **dataset_kwargs)
@@ -154,6 +173,13 @@ class SFTTrainer(Trainer):
                                   "on the model's parameters instead")
         self.optimizer_grouped_parameters = optimizer_grouped_parameters
 
+    def save_model(self, output_dir: Optional[str] = None, merge_tensor_parallel: bool = False,
+                   last_fc_to_hf: bool = False) -> str:
+        """``save_model`` with PaddleFormers' ``last_fc_to_hf`` (``run_sft`` passes it): the files are the model's
+        ``save_pretrained`` ones either way, which ``from_pretrained`` loads (their flex-checkpoint format is
+        not written here)."""
+        return super().save_model(output_dir, merge_tensor_parallel=merge_tensor_parallel)
+
     def get_ptq_dataloader(self, ptq_ds):
         raise ConfigError("SFTTrainer.get_ptq_dataloader: post-training quantization is not supported here; "
                           "run it with PaddleFormers' SFTTrainer")
@@ -187,6 +213,19 @@ class PerplexityLog:
 
     def eval_result(self, trainer, metrics: dict) -> dict:
         return self._with_ppl(self.inner.eval_result(trainer, metrics))
+
+
+def _without_sft_options(args):
+    """What the door converts: a copy of a PaddleFormers SFTConfig with the options this trainer used (the
+    preparation's) at their defaults, so that its warning names only the fields without an effect."""
+    if not hasattr(args, "dataset_text_field") or not dataclasses.is_dataclass(args):
+        return args
+    out = copy.copy(args)
+    defaults = {f.name: f.default for f in dataclasses.fields(args) if f.default is not dataclasses.MISSING}
+    for name in SFT_DEFAULTS:
+        if name in defaults and name != "remove_unused_columns":
+            object.__setattr__(out, name, defaults[name])
+    return out
 
 
 def _option(args, name):
