@@ -5,6 +5,7 @@ same loss, learning rate, ppl and eval_loss at every step, on 1 process and on 2
 a ``datasets.Dataset`` as theirs does, token for token; and says in one line what it cannot take."""
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -127,8 +128,6 @@ def test_a_datasets_dataset_is_prepared_as_theirs_prepares_it(pieces, kind):
 def test_evaluation_returns_the_arg_max_of_the_logits_and_ppl(pieces):
     """Their prediction_step's arg-max (keepdim), not the logits; eval_ppl = exp(eval_loss) in what evaluate()
     returns and in the log record."""
-    import math
-
     import datasets
     import numpy as np
 
@@ -158,6 +157,24 @@ def test_what_it_cannot_take_is_one_line(pieces):
         trainer.set_optimizer_grouped_parameters(trainer.model.parameters()[:1])
     with pytest.raises(ConfigError, match="post-training quantization"):
         trainer.get_ptq_dataloader(None)
+
+
+def test_a_model_name_and_our_own_arguments(pieces, cli_inputs, tmp_path):
+    """A model name loads the model and its tokenizer (theirs: AutoModelForCausalLM, AutoTokenizer); our own
+    TrainingArguments take SFTConfig's defaults for the SFT options (max_seq_len 2048) and train."""
+    import datasets
+
+    from trainer import TrainingArguments
+    from trainer.sft import SFTTrainer
+
+    text = {"text": [" ".join(m["content"] for m in c["messages"]) for c in pieces["chats"](8, seed=5)]}
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=2,
+                             logging_steps=1, report_to="none", device="cpu")
+    trainer = SFTTrainer(model=str(cli_inputs / "model"), args=args, train_dataset=datasets.Dataset.from_dict(text))
+    assert trainer.tokenizer.pad_token_id == 0 and trainer.args is args
+    trainer.train()
+    records = [r for r in trainer.state.log_history if "loss" in r]
+    assert len(records) == 2 and all(r["ppl"] == pytest.approx(math.exp(r["loss"])) for r in records)
 
 
 # ---- paddleformers-cli train CONFIG.yaml: their run_sft with our SFTTrainer (python -m trainer.sft train) -----
