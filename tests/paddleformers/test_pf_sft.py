@@ -74,6 +74,32 @@ def test_two_processes_log_their_numbers(tmp_path, flags):
     assert_same_numbers(theirs, ours)
 
 
+@pytest.mark.parametrize("n,block,world", [(10, 2, 2), (11, 3, 2), (7, 2, 3), (3, 4, 2)])
+def test_a_stream_is_dealt_as_their_iterable_dataset_shard(n, block, world):
+    """Under their arguments a stream goes to the ranks as their IterableDatasetShard deals it: a block of
+    ``batch_size`` samples each in turn; in evaluation the last short group filled from the first group."""
+    import itertools
+
+    import paddle
+    from paddleformers.trainer.trainer_utils import IterableDatasetShard
+
+    from trainer.data.iterable import _padded_block_share, _rank_share
+
+    class Stream(paddle.io.IterableDataset):
+        def __init__(self, endless):
+            self.endless = endless
+
+        def __iter__(self):
+            return itertools.count() if self.endless else iter(range(n))
+
+    for rank in range(world):
+        theirs = IterableDatasetShard(Stream(False), batch_size=block, num_processes=world, process_index=rank)
+        assert list(_padded_block_share(Stream(False), rank, world, block)) == list(iter(theirs))
+        theirs = IterableDatasetShard(Stream(True), batch_size=block, num_processes=world, process_index=rank)
+        assert list(itertools.islice(_rank_share(Stream(True), rank, world, block=block), 3 * n)) == \
+            list(itertools.islice(iter(theirs), 3 * n))
+
+
 # ---- in process: the preparation, the evaluation step, the refusals ---------------------------------------
 @pytest.fixture(scope="module")
 def pieces(tmp_path_factory):
