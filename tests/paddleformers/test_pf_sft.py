@@ -169,6 +169,46 @@ def test_evaluation_returns_the_arg_max_of_the_logits_and_ppl(pieces):
     assert trainer.state.log_history[-1]["eval_ppl"] == pytest.approx(metrics["eval_ppl"])
 
 
+def test_do_generation_predicts_their_tokens(pieces):
+    """With do_generation, evaluation generates (their model.generate call; top_k=1 here, so no chance in it):
+    the same token rows as theirs from the same weights."""
+    import types
+
+    import datasets
+    import numpy as np
+    import paddle
+    from paddleformers.cli.train.sft.sft_trainer import SFTTrainer as Theirs
+
+    from trainer.sft import SFTTrainer
+
+    text = {"text": [" ".join(m["content"] for m in c["messages"]) for c in pieces["chats"](4, seed=4)]}
+    predictions = {}
+    for name, cls in (("theirs", Theirs), ("ours", SFTTrainer)):
+        paddle.seed(3)
+        trainer = cls(model=pieces["model"](), args=pieces["args"](max_seq_len=16, per_device_eval_batch_size=2),
+                      eval_dataset=datasets.Dataset.from_dict(text), tokenizer=pieces["tokenizer"],
+                      do_generation=True, gen_args=types.SimpleNamespace(top_k=1, top_p=1.0),
+                      data_args=types.SimpleNamespace(max_length=24), compute_metrics=lambda p: {})
+        predictions[name] = np.asarray(trainer.predict(trainer.eval_dataset).predictions)
+    assert predictions["ours"].shape == (4, 8)
+    assert predictions["ours"].tolist() == predictions["theirs"].tolist()
+
+
+def test_the_door_names_only_the_sft_options_without_an_effect(pieces, caplog):
+    """max_seq_len and dataset_text_field have their effect here (the preparation); use_ssa has none: the
+    door's one warning names it alone."""
+    import logging
+
+    from trainer.sft import SFTTrainer
+
+    with caplog.at_level(logging.WARNING):
+        SFTTrainer(model=pieces["model"](), args=pieces["args"](max_seq_len=24, dataset_text_field="body",
+                                                                 use_ssa=True), tokenizer=pieces["tokenizer"])
+    warned = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
+    assert len(warned) == 1 and "use_ssa=True" in warned[0], warned
+    assert "max_seq_len" not in warned[0] and "dataset_text_field" not in warned[0]
+
+
 def test_what_it_cannot_take_is_one_line(pieces):
     from trainer.errors import ConfigError
     from trainer.sft import SFTTrainer
