@@ -155,7 +155,11 @@ def _reference(pargs):
 
 
 def _is_set(f: dataclasses.Field, value, reference) -> bool:
-    """Whether ``value`` differs from the default (so dropping it changes the run)."""
+    """Whether ``value`` differs from the default (so dropping it changes the run). A value equal to the declared
+    default is not set, whatever ``__post_init__`` made of the reference's (it derives some from others)."""
+    declared = f.default if f.default is not dataclasses.MISSING else dataclasses.MISSING
+    if declared is not dataclasses.MISSING and _plain(value) == _plain(declared):
+        return False
     if f.name == "logging_dir" and reference is not None and value is not None:  # PaddleNLP's own, time-stamped
         return os.path.dirname(str(value)) != os.path.dirname(str(reference.logging_dir or ""))
     if reference is not None:
