@@ -58,6 +58,7 @@ class PaddleNLPAPI:
     """The PaddleNLP names of ``trainer.Trainer``'s machinery."""
 
     tokenizer = None
+    processing_class = None  # PaddleFormers' Trainer(processing_class=...): saved beside the model
     preprocess_predictions = None
     _in_train_api = False
 
@@ -67,6 +68,7 @@ class PaddleNLPAPI:
         from .paddlenlp_callbacks import PaddleNLPCallbacks
 
         paddlenlp_args = door.paddlenlp_args
+        self.processing_class = door.processing_class
         wants_adapter = door.resume_from_custom_func is not None or \
             int(getattr(paddlenlp_args, "save_hf_steps", -1) or -1) > 0  # PaddleFormers' hf saves come from it
         if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:
@@ -180,9 +182,10 @@ class PaddleNLPAPI:
             self._save_beside_model(output_dir)
 
     def _save_beside_model(self, output_dir: str) -> None:
-        """The tokenizer (processing class) and our arguments, beside the saved model (rank 0)."""
-        if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
-            self.tokenizer.save_pretrained(output_dir)
+        """The tokenizer, the processing class and our arguments, beside the saved model (rank 0)."""
+        for obj in (self.tokenizer, self.processing_class):
+            if obj is not None and hasattr(obj, "save_pretrained"):
+                obj.save_pretrained(output_dir)
         with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
             json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
 

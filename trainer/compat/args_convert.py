@@ -49,6 +49,10 @@ RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 
+# PaddleFormers' fields read from its arguments themselves, by its recipe (trainer.compat.paddleformers_recipe) or the
+# callback adapter (save_hf_steps: trainer.compat.paddlenlp_callbacks): they act, unwarned
+PF_READ_FIELDS = ("min_lr", "freeze_training", "dataloader_shuffle", "save_hf_steps")
+
 # PaddleFormers' recompute fields: recompute_granularity switches ours on; these change what is recomputed there,
 # not here (ours recomputes every block, or recompute_modules)
 PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers")
@@ -78,7 +82,7 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
         kind = fields.get(name, ("unsupported", f"not a {origin} TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
-        if name in RECIPE_FIELDS or (origin == "paddleformers" and name == "min_lr"):
+        if name in RECIPE_FIELDS or (origin == "paddleformers" and name in PF_READ_FIELDS):
             continue  # read from their arguments by their recipe (trainer.compat.paddlenlp_recipe)
         if name in renamed:
             if renamed[name] in ours and int(value or -1) > 1:  # their -1/1 = off: ours keeps its own default
