@@ -116,3 +116,25 @@ def test_on_save_hf_fires_when_paddleformers_does_and_what_it_saved_loads(tmp_pa
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
     first = LlamaForCausalLM.from_pretrained(os.path.join(ours, "hf_checkpoint-3"))
     assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first.parameters(), last.parameters()))
+
+
+def test_its_model_defaults_train_on_cpu(tmp_path, caplog):
+    """A PaddleFormers Llama with its config's defaults (fuse_rms_norm=True: a GPU kernel) fails at the first step
+    under its own Trainer on CPU; ours turns the fused norm off, says so once, and trains."""
+    import paddle
+    from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer import Trainer
+
+    paddle.seed(1)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64))
+    x = paddle.randint(0, 64, [2, 8])
+    with pytest.raises(RuntimeError, match="fused_rms_norm_ext"):
+        model(input_ids=x, labels=x)
+    data = [{"input_ids": row, "labels": row} for row in paddle.randint(0, 64, [8, 8]).numpy()]
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        trainer = Trainer(model=model, args=_their_args(tmp_path, max_steps=2, save_strategy="no"), train_dataset=data)
+    assert sum("fuse_rms_norm" in r.getMessage() for r in caplog.records) == 1
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0

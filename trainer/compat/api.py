@@ -67,8 +67,11 @@ class PaddleNLPAPI:
         """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
         from .paddlenlp_callbacks import PaddleNLPCallbacks
 
+        from .door import fit_model_to_device
+
         paddlenlp_args = door.paddlenlp_args
         self.processing_class = door.processing_class
+        fit_model_to_device(self.model, self.device)
         wants_adapter = door.resume_from_custom_func is not None or \
             int(getattr(paddlenlp_args, "save_hf_steps", -1) or -1) > 0  # PaddleFormers' hf saves come from it
         if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:

@@ -112,6 +112,25 @@ def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler
     return out
 
 
+def fit_model_to_device(model, device: str) -> None:
+    """A PaddleFormers model's config asks for fused RMSNorm by default (``fuse_rms_norm``), a GPU kernel: on CPU
+    (where its own Trainer fails at the first step: ``fused_rms_norm_ext`` is not registered) it is turned off,
+    named in one warning: its norm layers read the flag at each call and compute the same formula unfused."""
+    if "cpu" not in str(device).lower() or framework_of(model) != "paddleformers":
+        return
+    norms = [layer for layer in model.sublayers() if "RMSNorm" in type(layer).__name__]  # paddleformers.nn.norm's
+    configs = {id(c): c for c in (getattr(layer, "config", None) for layer in norms)
+               if c is not None and callable(getattr(c, "get", None))}
+    fused = [c for c in configs.values() if c.get("fuse_rms_norm", True)]  # its norm layers' reading: unset = on
+    for config in fused:
+        config.fuse_rms_norm = False
+    if fused:
+        import logging
+
+        logging.getLogger("trainer").warning("the model's config has fuse_rms_norm=True, a GPU kernel this CPU run "
+                                             "lacks: turned off (the same RMSNorm, unfused)")
+
+
 def _our_keywords() -> list:
     return ["model", "args", "train_dataset", "eval_dataset", "loss_fn", "collate_fn", "optimizer", "lr_scheduler",
             "compute_metrics", "callbacks"]
