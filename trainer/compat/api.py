@@ -65,9 +65,8 @@ class PaddleNLPAPI:
     # ---- the door (called from Trainer.__init__) ------------------------------------
     def _compat_init_end(self, door) -> None:
         """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
-        from .paddlenlp_callbacks import PaddleNLPCallbacks
-
         from .door import fit_model_to_device
+        from .paddlenlp_callbacks import PaddleNLPCallbacks
 
         paddlenlp_args = door.paddlenlp_args
         self.processing_class = door.processing_class
