@@ -66,13 +66,17 @@ class PaddleNLPAPI:
     def _compat_init_end(self, door) -> None:
         """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
         from .door import fit_model_to_device
+        from .paddleformers_recipe import PaddleFormersRecipe
         from .paddlenlp_callbacks import PaddleNLPCallbacks
 
         paddlenlp_args = door.paddlenlp_args
         self.processing_class = door.processing_class
         fit_model_to_device(self.model, self.device)
+        # PaddleFormers' hf saves and its record of a save come from the adapter
+        strategy = getattr(paddlenlp_args, "save_strategy", "no")
+        saves = str(getattr(strategy, "value", strategy)) != "no"
         wants_adapter = door.resume_from_custom_func is not None or \
-            int(getattr(paddlenlp_args, "save_hf_steps", -1) or -1) > 0  # PaddleFormers' hf saves come from it
+            (isinstance(door.recipe, PaddleFormersRecipe) and saves)
         if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:
             self.callbacks.add(PaddleNLPCallbacks())
 

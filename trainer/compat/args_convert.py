@@ -21,7 +21,8 @@ here is named in one warning too.
 
 PaddleFormers renamed PaddleNLP's parallel fields (``RENAMED``: ``tensor_model_parallel_size`` ->
 ``tensor_parallel_degree``...) and replaced the ``recompute`` switch by ``recompute_granularity`` (any value
-turns ours on; ``recompute_method``/``recompute_num_layers`` are warned about: ours recomputes every block).
+turns ours on; ``recompute_method``/``recompute_num_layers``/``recompute_modules`` are warned about: ours
+recomputes every block, through the model's own ``enable_recompute`` switch as its Trainer does).
 Its ``sharding`` after its ``__post_init__`` is what it runs: ``[]`` on one process, ``stage1`` by default on
 several; carried as it is, so a converted run shards as PaddleFormers' would.
 
@@ -50,12 +51,14 @@ _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 
 # PaddleFormers' fields read from its arguments themselves, by its recipe (trainer.compat.paddleformers_recipe) or the
-# callback adapter (save_hf_steps: trainer.compat.paddlenlp_callbacks): they act, unwarned
-PF_READ_FIELDS = ("min_lr", "freeze_training", "dataloader_shuffle", "save_hf_steps")
+# callback adapter (save_hf_steps, save_checkpoint_format: trainer.compat.paddlenlp_callbacks; our checkpoints are
+# always unified safetensors): they act, unwarned
+PF_READ_FIELDS = ("min_lr", "freeze_training", "dataloader_shuffle", "save_hf_steps", "save_checkpoint_format")
 
 # PaddleFormers' recompute fields: recompute_granularity switches ours on; these change what is recomputed there,
 # not here (ours recomputes every block, or recompute_modules)
-PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers")
+# (its recompute_modules names kinds of submodule, "mlp", "core_attn"; ours names sublayers by path or class)
+PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules")
 
 
 def _tables(origin: str):
@@ -106,6 +109,9 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
                 values[name] = _plain(value)
         elif _is_set(f, value, reference):
             dropped.append(name)
+    for f in dataclasses.fields(TrainingArguments):  # their __post_init__ splits some strings into lists (PaddleFormers'
+        if isinstance(values.get(f.name), list) and isinstance(f.default, str):  # unified_checkpoint_config)
+            values[f.name] = " ".join(str(v) for v in values[f.name] if v)
     if origin == "paddleformers" and getattr(pargs, "split_param", False) and "stage1" in str(values.get("sharding")):
         words = str(values.get("sharding_parallel_config") or "").split()
         values["sharding_parallel_config"] = " ".join(words + ["split_param"] * ("split_param" not in words))

@@ -43,7 +43,8 @@ on_log                   ``log``                                          ``on_l
 on_prediction_step       ``eval_step_end``; in ``predict()``, once per        ``on_eval_step_end``,
                          batch at ``predict_end``                         ``on_predict_end``
 on_evaluate              after the evaluation's ``log``, as in PaddleNLP  ``on_log``
-on_save                  ``save_end``                                     ``on_save_end``
+on_save                  ``save_end`` (PaddleFormers: after a record       ``on_save_end``
+                         ``{"global_save_step": step}`` at a logging step)
 on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
                          ``train()``, after its summary ``log``
 on_save_hf               (PaddleFormers) after a step whose control has   ``on_step_end``
@@ -247,7 +248,18 @@ class PaddleNLPCallbacks(ForeignCallbacks):
                 self._best_before_eval = None
 
     def on_save_end(self, trainer):
+        if self.origin() == "paddleformers" and self._logs_at(trainer.state.global_step):
+            # PaddleFormers logs a checkpoint saved at a logging step, before on_save
+            trainer.log({"step": trainer.state.global_step, "global_save_step": trainer.state.global_step})
         self.call(trainer, "on_save")
+
+    def _logs_at(self, step: int) -> bool:
+        """Whether PaddleFormers' DefaultFlowCallback logs at optimizer step ``step``."""
+        a = self.paddlenlp_args
+        strategy = getattr(getattr(a, "logging_strategy", None), "value", getattr(a, "logging_strategy", None))
+        every = int(getattr(a, "logging_steps", 0) or 0)
+        return (step == 1 and bool(getattr(a, "logging_first_step", False))) or \
+            (strategy == "steps" and every > 0 and step % every == 0)
 
     def on_fit_end(self, trainer):
         if trainer.state.status == "failed":

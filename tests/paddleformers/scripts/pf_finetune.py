@@ -29,6 +29,7 @@ class ScriptArguments:
     padded: bool = field(default=False, metadata={"help": "samples of different lengths, padded by its "
                                                           "DataCollatorForSeq2Seq with a tokenizer; an image "
                                                           "processor as processing_class (saved with the model)"})
+    resume_from: str = field(default=None, metadata={"help": "train(resume_from_checkpoint=...)"})
     custom_resume: bool = field(default=False, metadata={"help": "a resume_from_custom_func that records its call"})
 
 
@@ -135,7 +136,7 @@ def main():
         extra["resume_from_custom_func"] = lambda m: record.hooks.append(("resume_from_custom_func", type(m).__name__))
     data = (Ragged if sargs.padded else Tokens)(sargs.samples, sargs.seq_len)
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record], **extra)
-    out = trainer.train()
+    out = trainer.train(resume_from_checkpoint=sargs.resume_from)
     trainer.save_model()
     trainer.save_state()
     if trainer.is_world_process_zero():
