@@ -26,6 +26,7 @@ class ScriptArguments:
     samples: int = field(default=40, metadata={"help": "training samples"})
     seq_len: int = field(default=16, metadata={"help": "tokens per sample"})
     model_seed: int = field(default=1, metadata={"help": "paddle.seed before the model is made"})
+    dropout: float = field(default=0.0, metadata={"help": "ERNIE 4.5's hidden and attention dropout"})
     padded: bool = field(default=False, metadata={"help": "samples of different lengths, padded by its "
                                                           "DataCollatorForSeq2Seq with a tokenizer; an image "
                                                           "processor as processing_class (saved with the model)"})
@@ -36,7 +37,7 @@ class ScriptArguments:
 VOCAB = 64
 
 
-def tiny_model(name: str):
+def tiny_model(name: str, dropout: float = 0.0):
     """A 2-layer, 32-wide random causal LM (fuse_rms_norm off: this CPU build has no fused kernel)."""
     if name == "llama":
         from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
@@ -51,7 +52,7 @@ def tiny_model(name: str):
 
         cfg = Ernie4_5Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                             fuse_rms_norm=False)
+                             fuse_rms_norm=False, hidden_dropout_prob=dropout, attention_dropout_prob=dropout)
         return Ernie4_5ForCausalLM(cfg)
     raise SystemExit(f"--model must be llama or ernie4_5, got {name!r}")
 
@@ -116,7 +117,7 @@ class Record(TrainerCallback):
 def main():
     sargs, args = PdArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
     paddle.seed(sargs.model_seed)
-    model = tiny_model(sargs.model)
+    model = tiny_model(sargs.model, sargs.dropout)
     if sargs.lora:
         from paddleformers.peft import LoRAConfig, LoRAModel
 
