@@ -145,6 +145,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """Call ``event`` on every PaddleNLP callback, then write the control flags back.
 
         ``steps_done``: optimizer steps this trainer has already counted that PaddleNLP's has not at this hook."""
+        if not self.callbacks:  # an adapter kept for PaddleFormers' hf saves alone: nothing to call, no view to build
+            return
         args, pstate, control = self._objects(trainer, steps_done)
         if event == "on_log":
             pstate.log_history.append({**kwargs["logs"], "step": trainer.state.global_step})
@@ -209,7 +211,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """PaddleFormers' rule for ``should_save_hf`` at this step (None: not a PaddleFormers run)."""
         if self.origin() != "paddleformers":
             return None
-        self._objects(trainer)
+        if self._control is None:
+            self._objects(trainer)
         a = self.paddlenlp_args
         steps = int(getattr(a, "save_hf_steps", -1) or -1) if a is not None else -1
         strategy = getattr(getattr(a, "save_strategy", None), "value", getattr(a, "save_strategy", None))
