@@ -5,9 +5,9 @@ log record.
 
 ``Recipe`` is this project's. ``trainer.compat.paddlenlp_recipe`` holds
 PaddleNLP's Trainer's, which a PaddleNLP ``TrainingArguments`` brings through
-the door (``trainer.compat.door``): a script that swaps only its ``Trainer``
-import logs PaddleNLP's numbers, while a run with our ``TrainingArguments``
-keeps ours. The loop never asks which recipe it has; the building blocks
+the door (``trainer.compat.door``), and ``trainer.compat.paddleformers_recipe``
+PaddleFormers': a script that swaps only its ``Trainer`` import logs its
+framework's numbers, while a run with our ``TrainingArguments`` keeps ours. The loop never asks which recipe it has; the building blocks
 (``get_train_dataloader``, ``create_optimizer``, ``create_lr_scheduler``,
 ``clip_gradients``, ``log``) delegate to ``trainer.recipe``.
 

@@ -81,11 +81,12 @@ class Trainer(PaddleNLPAPI):
         compute_metrics: ``compute_metrics(EvalPrediction) -> dict`` of floats.
         callbacks: extra :class:`callbacks.Callback` instances, added to the
             default set that ``args`` switches on (see ``callbacks.defaults``);
-            PaddleNLP ``TrainerCallback`` and ``paddle.callbacks.Callback``
+            PaddleNLP (or PaddleFormers) ``TrainerCallback`` and ``paddle.callbacks.Callback``
             objects are wrapped by adapters (``trainer.compat``).
         **paddlenlp_kwargs: PaddleNLP's constructor keywords (``data_collator``,
             ``criterion``, ``optimizers``, ``tokenizer``,
-            ``preprocess_logits_for_metrics``); ``args`` may also be a paddlenlp
+            ``preprocess_logits_for_metrics``; PaddleFormers' ``processing_class`` and
+            ``resume_from_custom_func``); ``args`` may also be a paddlenlp or paddleformers
             ``TrainingArguments``. Translated at the door (``trainer.compat.door``).
 
     Example::

@@ -58,17 +58,25 @@ class PaddleNLPAPI:
     """The PaddleNLP names of ``trainer.Trainer``'s machinery."""
 
     tokenizer = None
+    processing_class = None  # PaddleFormers' Trainer(processing_class=...): saved beside the model
     preprocess_predictions = None
     _in_train_api = False
 
     # ---- the door (called from Trainer.__init__) ------------------------------------
     def _compat_init_end(self, door) -> None:
         """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
+        from .door import fit_model_to_device
+        from .paddleformers_recipe import PaddleFormersRecipe
         from .paddlenlp_callbacks import PaddleNLPCallbacks
 
         paddlenlp_args = door.paddlenlp_args
+        self.processing_class = door.processing_class
+        fit_model_to_device(self.model, self.device)
+        # PaddleFormers' hf saves and its record of a save come from the adapter
+        strategy = getattr(paddlenlp_args, "save_strategy", "no")
+        saves = str(getattr(strategy, "value", strategy)) != "no"
         wants_adapter = door.resume_from_custom_func is not None or \
-            int(getattr(paddlenlp_args, "save_hf_steps", -1) or -1) > 0  # PaddleFormers' hf saves come from it
+            (isinstance(door.recipe, PaddleFormersRecipe) and saves)
         if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:
             self.callbacks.add(PaddleNLPCallbacks())
 
@@ -142,27 +150,48 @@ class PaddleNLPAPI:
 
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
-        # PaddleFormers' default save_pretrained format (flex_checkpoint) is collective on several processes, and
-        # calls .cuda() there: with every rank holding the whole model, rank 0 writes its non-collective format
-        # (model.safetensors; a LoRA adapter's lora_model_state.pdparams), which from_pretrained loads the same
-        several = self.world_size > 1 and framework_of(self.model) == "paddleformers"
+        if self.world_size > 1 and framework_of(self.model) == "paddleformers":
+            self._save_on_every_rank(output_dir)
+            return output_dir
         if self.is_main_process:
             fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
-            if several:
-                self.model.save_pretrained(output_dir, save_checkpoint_format="unified_checkpoint",
-                                           safe_serialization=True)
-            elif hasattr(self.model, "save_pretrained"):
+            if hasattr(self.model, "save_pretrained"):
                 self.model.save_pretrained(output_dir)
             else:
                 paddle.save(self.model.state_dict(), os.path.join(output_dir, "model_state.pdparams"))
             self._save_beside_model(output_dir)
         return output_dir
 
+    def _save_on_every_rank(self, output_dir: str) -> None:
+        """A PaddleFormers model on several processes. Its default save_pretrained format (flex_checkpoint) is
+        collective and calls ``.cuda()`` there; its other format is not collective for a model, while a LoRA
+        adapter's waits at a barrier after every rank wrote the same file. Every rank holds the whole model here
+        (data parallel, sharding stage 1), so every rank calls it in that format: rank 0 into ``output_dir``
+        (``model.safetensors``, a LoRA adapter's ``lora_model_state.pdparams``; ``from_pretrained`` loads
+        either), the others into a scratch directory, removed."""
+        import shutil
+        import tempfile
+
+        main = self.is_main_process
+        if main:
+            fence.check(output_dir)
+            os.makedirs(output_dir, exist_ok=True)
+        target = output_dir if main else tempfile.mkdtemp(prefix="pf-save-")
+        try:
+            self.model.save_pretrained(target, is_main_process=main, save_checkpoint_format="unified_checkpoint",
+                                       safe_serialization=True)
+        finally:
+            if not main:
+                shutil.rmtree(target, ignore_errors=True)
+        if main:
+            self._save_beside_model(output_dir)
+
     def _save_beside_model(self, output_dir: str) -> None:
-        """The tokenizer (processing class) and our arguments, beside the saved model (rank 0)."""
-        if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
-            self.tokenizer.save_pretrained(output_dir)
+        """The tokenizer, the processing class and our arguments, beside the saved model (rank 0)."""
+        for obj in (self.tokenizer, self.processing_class):
+            if obj is not None and hasattr(obj, "save_pretrained"):
+                obj.save_pretrained(output_dir)
         with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
             json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
 

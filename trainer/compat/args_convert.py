@@ -21,7 +21,8 @@ here is named in one warning too.
 
 PaddleFormers renamed PaddleNLP's parallel fields (``RENAMED``: ``tensor_model_parallel_size`` ->
 ``tensor_parallel_degree``...) and replaced the ``recompute`` switch by ``recompute_granularity`` (any value
-turns ours on; ``recompute_method``/``recompute_num_layers`` are warned about: ours recomputes every block).
+turns ours on; ``recompute_method``/``recompute_num_layers``/``recompute_modules`` are warned about: ours
+recomputes every block, through the model's own ``enable_recompute`` switch as its Trainer does).
 Its ``sharding`` after its ``__post_init__`` is what it runs: ``[]`` on one process, ``stage1`` by default on
 several; carried as it is, so a converted run shards as PaddleFormers' would.
 
@@ -49,9 +50,15 @@ RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 
+# PaddleFormers' fields read from its arguments themselves, by its recipe (trainer.compat.paddleformers_recipe) or the
+# callback adapter (save_hf_steps, save_checkpoint_format: trainer.compat.paddlenlp_callbacks; our checkpoints are
+# always unified safetensors): they act, unwarned
+PF_READ_FIELDS = ("min_lr", "freeze_training", "dataloader_shuffle", "save_hf_steps", "save_checkpoint_format")
+
 # PaddleFormers' recompute fields: recompute_granularity switches ours on; these change what is recomputed there,
 # not here (ours recomputes every block, or recompute_modules)
-PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers")
+# (its recompute_modules names kinds of submodule, "mlp", "core_attn"; ours names sublayers by path or class)
+PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules")
 
 
 def _tables(origin: str):
@@ -78,7 +85,7 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
         kind = fields.get(name, ("unsupported", f"not a {origin} TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
-        if name in RECIPE_FIELDS or (origin == "paddleformers" and name == "min_lr"):
+        if name in RECIPE_FIELDS or (origin == "paddleformers" and name in PF_READ_FIELDS):
             continue  # read from their arguments by their recipe (trainer.compat.paddlenlp_recipe)
         if name in renamed:
             if renamed[name] in ours and int(value or -1) > 1:  # their -1/1 = off: ours keeps its own default
@@ -102,6 +109,9 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
                 values[name] = _plain(value)
         elif _is_set(f, value, reference):
             dropped.append(name)
+    for f in dataclasses.fields(TrainingArguments):  # their __post_init__ splits some strings into lists (PaddleFormers'
+        if isinstance(values.get(f.name), list) and isinstance(f.default, str):  # unified_checkpoint_config)
+            values[f.name] = " ".join(str(v) for v in values[f.name] if v)
     if origin == "paddleformers" and getattr(pargs, "split_param", False) and "stage1" in str(values.get("sharding")):
         words = str(values.get("sharding_parallel_config") or "").split()
         values["sharding_parallel_config"] = " ".join(words + ["split_param"] * ("split_param" not in words))
@@ -155,7 +165,11 @@ def _reference(pargs):
 
 
 def _is_set(f: dataclasses.Field, value, reference) -> bool:
-    """Whether ``value`` differs from the default (so dropping it changes the run)."""
+    """Whether ``value`` differs from the default (so dropping it changes the run). A value equal to the declared
+    default is not set, whatever ``__post_init__`` made of the reference's (it derives some from others)."""
+    declared = f.default if f.default is not dataclasses.MISSING else dataclasses.MISSING
+    if declared is not dataclasses.MISSING and _plain(value) == _plain(declared):
+        return False
     if f.name == "logging_dir" and reference is not None and value is not None:  # PaddleNLP's own, time-stamped
         return os.path.dirname(str(value)) != os.path.dirname(str(reference.logging_dir or ""))
     if reference is not None:

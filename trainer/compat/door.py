@@ -1,25 +1,32 @@
-"""The door: PaddleNLP's ``Trainer(...)`` keywords, arguments and callbacks
-translated into this project's, once, in ``Trainer.__init__``.
+"""The door: PaddleNLP's (and PaddleFormers') ``Trainer(...)`` keywords, arguments and
+callbacks translated into this project's, once, in ``Trainer.__init__``.
 
 =================================  ==============================================
 PaddleNLP                          here
 =================================  ==============================================
-``args`` (paddlenlp                our ``TrainingArguments``, field by field
-TrainingArguments or a subclass)   (``trainer.compat.args_convert``)
+``args`` (paddlenlp or             our ``TrainingArguments``, field by field
+paddleformers TrainingArguments    (``trainer.compat.args_convert``)
+or a subclass)
 ``data_collator``                  ``collate_fn``
 ``criterion``                      ``loss_fn``
 ``optimizers=(opt, scheduler)``    ``optimizer``, ``lr_scheduler``
 ``tokenizer``                      ``trainer.tokenizer`` (saved by ``save_model``;
                                    without a collator, batches are padded with
-                                   paddlenlp's ``DataCollatorWithPadding``)
+                                   their ``DataCollatorWithPadding``)
+``processing_class``               ``trainer.processing_class`` (PaddleFormers;
+                                   saved by ``save_model``)
+``resume_from_custom_func``        called with the model after the callbacks'
+                                   ``on_train_begin`` (PaddleFormers)
 ``preprocess_logits_for_metrics``  ``trainer.preprocess_predictions``
 PaddleNLP's data order, decay       ``trainer.recipe``: PaddleNLP's
-rule, schedule, clipping, logs      (``trainer.compat.paddlenlp_recipe``)
-PaddleNLP ``TrainerCallback``      one ``PaddleNLPCallbacks`` adapter
+rule, schedule, clipping, logs      (``trainer.compat.paddlenlp_recipe``), or
+                                   PaddleFormers' (``...paddleformers_recipe``)
+PaddleNLP ``TrainerCallback``      one ``PaddleNLPCallbacks`` adapter (PaddleFormers'
+                                   too: ``on_save_hf``)
 ``paddle.callbacks.Callback``      one ``HapiCallbacks`` adapter
 =================================  ==============================================
 
-Nothing here imports paddlenlp unless a paddlenlp object was given.
+Nothing here imports paddlenlp (or paddleformers) unless such an object was given.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class Translated:
     preprocess_predictions: Optional[Callable] = None
     paddlenlp_args: Any = None  # the PaddleNLP or PaddleFormers TrainingArguments given
     resume_from_custom_func: Optional[Callable] = None  # PaddleFormers': called with the model as training begins
+    processing_class: Any = None  # PaddleFormers': an image processor or the like, saved by save_model
     recipe: Any = None  # trainer.recipe.Recipe, or PaddleNLP's for a PaddleNLP TrainingArguments
 
 
@@ -67,7 +75,8 @@ def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler
             raise ConfigError("optimizers must be a pair (optimizer, lr_scheduler); either may be None")
         out.optimizer = _one("optimizer", optimizer, "optimizers[0]", pair[0])
         out.lr_scheduler = _one("lr_scheduler", lr_scheduler, "optimizers[1]", pair[1])
-    out.tokenizer = _one("tokenizer", extra.get("tokenizer"), "processing_class", extra.get("processing_class"))
+    out.tokenizer = extra.get("tokenizer")
+    out.processing_class = extra.get("processing_class")  # PaddleFormers': saved beside the model, never pads
     out.preprocess_predictions = extra.get("preprocess_logits_for_metrics")
     out.resume_from_custom_func = extra.get("resume_from_custom_func")
     if out.resume_from_custom_func is not None and not callable(out.resume_from_custom_func):
@@ -101,6 +110,25 @@ def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler
 
         out.recipe = Recipe()
     return out
+
+
+def fit_model_to_device(model, device: str) -> None:
+    """A PaddleFormers model's config asks for fused RMSNorm by default (``fuse_rms_norm``), a GPU kernel: on CPU
+    (where its own Trainer fails at the first step: ``fused_rms_norm_ext`` is not registered) it is turned off,
+    named in one warning: its norm layers read the flag at each call and compute the same formula unfused."""
+    if "cpu" not in str(device).lower() or framework_of(model) != "paddleformers":
+        return
+    norms = [layer for layer in model.sublayers() if "RMSNorm" in type(layer).__name__]  # paddleformers.nn.norm's
+    configs = {id(c): c for c in (getattr(layer, "config", None) for layer in norms)
+               if c is not None and callable(getattr(c, "get", None))}
+    fused = [c for c in configs.values() if c.get("fuse_rms_norm", True)]  # its norm layers' reading: unset = on
+    for config in fused:
+        config.fuse_rms_norm = False
+    if fused:
+        import logging
+
+        logging.getLogger("trainer").warning("the model's config has fuse_rms_norm=True, a GPU kernel this CPU run "
+                                             "lacks: turned off (the same RMSNorm, unfused)")
 
 
 def _our_keywords() -> list:

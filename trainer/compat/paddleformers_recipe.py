@@ -19,7 +19,8 @@ log record             PaddleNLP's, plus ``cpu_used_memory`` and
 =====================  ===========================================================
 
 Its sampler reseeds paddle's global generator at each epoch's start; so does this order, at
-the same point, so that what draws from it afterwards (dropout) draws the same numbers.
+the same point (``set_epoch``, in the loop's thread, never in a thread reading batches ahead), so that
+what draws from it afterwards (dropout) draws the same numbers.
 """
 
 from __future__ import annotations
@@ -44,22 +45,31 @@ class PaddleFormersOrder(ResumableDistributedBatchSampler):
             self.num_samples = self.total_size // num_replicas
         self._drawn: dict = {}
 
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """As theirs at an epoch's start (in the loop's thread): paddle's global generator seeded with
+        ``seed + epoch``, then the permutation drawn from it; what draws from it next (dropout) draws as there."""
+        super().set_epoch(epoch, start_batch)
+        if self.shuffle:
+            self._drawn = {epoch: self._draw(epoch)}  # one epoch at a time
+
+    def _draw(self, epoch: int) -> np.ndarray:
+        paddle.seed(self.seed + epoch)
+        return paddle.randperm(self.total_size).numpy().astype(np.int64)
+
     def _global_indices(self) -> np.ndarray:
         if not self.shuffle:
             return np.arange(self.total_size, dtype=np.int64)
-        if self.epoch not in self._drawn:
-            self._drawn = {}  # one epoch at a time
-            paddle.seed(self.seed + self.epoch)  # as theirs: the global generator, at the epoch's start
-            self._drawn[self.epoch] = paddle.randperm(self.total_size).numpy().astype(np.int64)
-        return self._drawn[self.epoch]
+        if self.epoch in self._drawn:
+            return self._drawn[self.epoch]
+        state = paddle.get_rng_state()  # an epoch not started (a question about its batches): no side effect
+        try:
+            return self._draw(self.epoch)
+        finally:
+            paddle.set_rng_state(state)
 
     def _local_indices(self) -> np.ndarray:
         indices = self._global_indices()
         return indices if self.nranks == 1 else indices[self.local_rank::self.nranks]
-
-    def __iter__(self):
-        self._global_indices()  # drawn when the epoch's iteration starts, as theirs
-        return super().__iter__()
 
 
 class PaddleFormersRecipe(PaddleNLPRecipe):

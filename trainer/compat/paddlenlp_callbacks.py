@@ -43,7 +43,8 @@ on_log                   ``log``                                          ``on_l
 on_prediction_step       ``eval_step_end``; in ``predict()``, once per        ``on_eval_step_end``,
                          batch at ``predict_end``                         ``on_predict_end``
 on_evaluate              after the evaluation's ``log``, as in PaddleNLP  ``on_log``
-on_save                  ``save_end``                                     ``on_save_end``
+on_save                  ``save_end`` (PaddleFormers: after a record       ``on_save_end``
+                         ``{"global_save_step": step}`` at a logging step)
 on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
                          ``train()``, after its summary ``log``
 on_save_hf               (PaddleFormers) after a step whose control has   ``on_step_end``
@@ -144,6 +145,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """Call ``event`` on every PaddleNLP callback, then write the control flags back.
 
         ``steps_done``: optimizer steps this trainer has already counted that PaddleNLP's has not at this hook."""
+        if not self.callbacks:  # an adapter kept for PaddleFormers' hf saves alone: nothing to call, no view to build
+            return
         args, pstate, control = self._objects(trainer, steps_done)
         if event == "on_log":
             pstate.log_history.append({**kwargs["logs"], "step": trainer.state.global_step})
@@ -208,7 +211,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """PaddleFormers' rule for ``should_save_hf`` at this step (None: not a PaddleFormers run)."""
         if self.origin() != "paddleformers":
             return None
-        self._objects(trainer)
+        if self._control is None:
+            self._objects(trainer)
         a = self.paddlenlp_args
         steps = int(getattr(a, "save_hf_steps", -1) or -1) if a is not None else -1
         strategy = getattr(getattr(a, "save_strategy", None), "value", getattr(a, "save_strategy", None))
@@ -247,7 +251,18 @@ class PaddleNLPCallbacks(ForeignCallbacks):
                 self._best_before_eval = None
 
     def on_save_end(self, trainer):
+        if self.origin() == "paddleformers" and self._logs_at(trainer.state.global_step):
+            # PaddleFormers logs a checkpoint saved at a logging step, before on_save
+            trainer.log({"step": trainer.state.global_step, "global_save_step": trainer.state.global_step})
         self.call(trainer, "on_save")
+
+    def _logs_at(self, step: int) -> bool:
+        """Whether PaddleFormers' DefaultFlowCallback logs at optimizer step ``step``."""
+        a = self.paddlenlp_args
+        strategy = getattr(getattr(a, "logging_strategy", None), "value", getattr(a, "logging_strategy", None))
+        every = int(getattr(a, "logging_steps", 0) or 0)
+        return (step == 1 and bool(getattr(a, "logging_first_step", False))) or \
+            (strategy == "steps" and every > 0 and step % every == 0)
 
     def on_fit_end(self, trainer):
         if trainer.state.status == "failed":

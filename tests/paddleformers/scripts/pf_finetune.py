@@ -26,12 +26,18 @@ class ScriptArguments:
     samples: int = field(default=40, metadata={"help": "training samples"})
     seq_len: int = field(default=16, metadata={"help": "tokens per sample"})
     model_seed: int = field(default=1, metadata={"help": "paddle.seed before the model is made"})
+    dropout: float = field(default=0.0, metadata={"help": "ERNIE 4.5's hidden and attention dropout"})
+    padded: bool = field(default=False, metadata={"help": "samples of different lengths, padded by its "
+                                                          "DataCollatorForSeq2Seq with a tokenizer; an image "
+                                                          "processor as processing_class (saved with the model)"})
+    resume_from: str = field(default=None, metadata={"help": "train(resume_from_checkpoint=...)"})
+    custom_resume: bool = field(default=False, metadata={"help": "a resume_from_custom_func that records its call"})
 
 
 VOCAB = 64
 
 
-def tiny_model(name: str):
+def tiny_model(name: str, dropout: float = 0.0):
     """A 2-layer, 32-wide random causal LM (fuse_rms_norm off: this CPU build has no fused kernel)."""
     if name == "llama":
         from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
@@ -46,7 +52,7 @@ def tiny_model(name: str):
 
         cfg = Ernie4_5Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                             fuse_rms_norm=False)
+                             fuse_rms_norm=False, hidden_dropout_prob=dropout, attention_dropout_prob=dropout)
         return Ernie4_5ForCausalLM(cfg)
     raise SystemExit(f"--model must be llama or ernie4_5, got {name!r}")
 
@@ -69,6 +75,29 @@ class Tokens(paddle.io.Dataset):
         return {"input_ids": self.x[i], "labels": self.x[i]}
 
 
+def tiny_tokenizer():
+    """A word-level tokenizer of the vocabulary (w0, w1, ...; [PAD] = 0), made in memory: no download."""
+    from paddleformers.transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]")
+
+
+class Ragged(Tokens):
+    """The same sequences cut to 6..seq_len tokens (lists: the collator pads them)."""
+
+    def __init__(self, n: int, seq_len: int, seed: int = 0):
+        super().__init__(n, seq_len, seed)
+        self.lengths = np.random.RandomState(seed + 1).randint(6, seq_len + 1, n)
+
+    def __getitem__(self, i):
+        ids = [int(t) for t in self.x[i][: self.lengths[i]]]
+        return {"input_ids": ids, "labels": ids}
+
+
 class Record(TrainerCallback):
     """Every log record, and the hooks called, in order."""
 
@@ -88,7 +117,7 @@ class Record(TrainerCallback):
 def main():
     sargs, args = PdArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
     paddle.seed(sargs.model_seed)
-    model = tiny_model(sargs.model)
+    model = tiny_model(sargs.model, sargs.dropout)
     if sargs.lora:
         from paddleformers.peft import LoRAConfig, LoRAModel
 
@@ -96,8 +125,19 @@ def main():
         model = LoRAModel(model, lora)
         model.mark_only_lora_as_trainable()
     record = Record()
-    trainer = Trainer(model=model, args=args, train_dataset=Tokens(sargs.samples, sargs.seq_len), callbacks=[record])
-    out = trainer.train()
+    extra = {}
+    if sargs.padded:
+        from paddleformers.data import DataCollatorForSeq2Seq
+        from paddleformers.transformers import Qwen2VLImageProcessor
+
+        tokenizer = tiny_tokenizer()
+        extra = dict(tokenizer=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100),
+                     processing_class=Qwen2VLImageProcessor())
+    if sargs.custom_resume:
+        extra["resume_from_custom_func"] = lambda m: record.hooks.append(("resume_from_custom_func", type(m).__name__))
+    data = (Ragged if sargs.padded else Tokens)(sargs.samples, sargs.seq_len)
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record], **extra)
+    out = trainer.train(resume_from_checkpoint=sargs.resume_from)
     trainer.save_model()
     trainer.save_state()
     if trainer.is_world_process_zero():
