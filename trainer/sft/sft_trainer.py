@@ -20,8 +20,6 @@ no ``data_collator``                 ``DataCollatorForSeq2Seq(tokenizer)``, as t
 ``prediction_step``: arg-max of the  ``evaluation_step``: the same arg-max (keepdim); with ``do_generation``,
 logits; ``do_generation``:           ``model.generate`` as theirs; ``prediction_loss_only``: loss alone
 sampled tokens
-``processing_class``                 a text model's (``AutoProcessor``'s copy of the tokenizer, from ``run_sft``):
-                                     the tokenizer is the one saved; a multimodal processor: refused
 ``set_optimizer_grouped_parameters`` the parameters the optimizer updates (``run_sft`` passes the trainable ones)
 ``get_ptq_dataloader``, ``ptq_loop`` not here (post-training quantization): refused in one line
 ===================================  =========================================================================
@@ -65,11 +63,6 @@ class SFTTrainer(Trainer):
         self.do_generation, self.gen_args, self.data_args = do_generation, gen_args, data_args
         args = _sft_config(args)
         model, tokenizer = _model_and_tokenizer(model, tokenizer, args)
-        processor = kwargs.pop("processing_class", None)
-        if processor is not None and processor is not tokenizer and not hasattr(processor, "convert_tokens_to_ids"):
-            raise ConfigError(f"processing_class: a {type(processor).__name__} beside the tokenizer is a multimodal "
-                              "run, not taken here: run it with PaddleFormers' SFTTrainer")
-        # run_sft passes AutoProcessor's copy of the tokenizer as processing_class: the tokenizer is saved already
         if _option(args, "max_seq_len") is None:
             args.max_seq_len = min(tokenizer.model_max_length, 1024)
             logger.warning("no max_seq_len was given to the SFTTrainer: it is %d", args.max_seq_len)
