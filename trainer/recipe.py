@@ -1,13 +1,13 @@
 """Recipe: the choices inside the trainer's building blocks that decide a run's
-numbers, in one object: the order of the training data, which parameters get
+numbers, in one object: the order of the training data (and how a stream is dealt to the ranks), which parameters get
 weight decay, the learning-rate schedule, gradient clipping, and the form of a
 log record.
 
 ``Recipe`` is this project's. ``trainer.compat.paddlenlp_recipe`` holds
 PaddleNLP's Trainer's, which a PaddleNLP ``TrainingArguments`` brings through
-the door (``trainer.compat.door``): a script that swaps only its ``Trainer``
-import logs PaddleNLP's numbers, while a run with our ``TrainingArguments``
-keeps ours. The loop never asks which recipe it has; the building blocks
+the door (``trainer.compat.door``), and ``trainer.compat.paddleformers_recipe``
+PaddleFormers': a script that swaps only its ``Trainer`` import logs its
+framework's numbers, while a run with our ``TrainingArguments`` keeps ours. The loop never asks which recipe it has; the building blocks
 (``get_train_dataloader``, ``create_optimizer``, ``create_lr_scheduler``,
 ``clip_gradients``, ``log``) delegate to ``trainer.recipe``.
 
@@ -36,6 +36,10 @@ class Recipe:
         return ResumableDistributedBatchSampler(
             dataset_len, a.per_device_train_batch_size, num_replicas=trainer.layout.data_world_size,
             rank=trainer.layout.data_rank, shuffle=True, seed=a.data_seed, drop_last=a.dataloader_drop_last)
+
+    def stream_block(self, batch_size: int) -> int:
+        """How an IterableDataset is dealt to the ranks: 1, sample by sample (``trainer.data.iterable``)."""
+        return 1
 
     def decay_names(self, model, params: Iterable) -> set[str]:
         """Weight decay on parameters with 2+ dims (matrices, embeddings, kernels), never biases and norm weights."""

@@ -81,11 +81,12 @@ class Trainer(PaddleNLPAPI):
         compute_metrics: ``compute_metrics(EvalPrediction) -> dict`` of floats.
         callbacks: extra :class:`callbacks.Callback` instances, added to the
             default set that ``args`` switches on (see ``callbacks.defaults``);
-            PaddleNLP ``TrainerCallback`` and ``paddle.callbacks.Callback``
+            PaddleNLP (or PaddleFormers) ``TrainerCallback`` and ``paddle.callbacks.Callback``
             objects are wrapped by adapters (``trainer.compat``).
         **paddlenlp_kwargs: PaddleNLP's constructor keywords (``data_collator``,
             ``criterion``, ``optimizers``, ``tokenizer``,
-            ``preprocess_logits_for_metrics``); ``args`` may also be a paddlenlp
+            ``preprocess_logits_for_metrics``; PaddleFormers' ``processing_class`` and
+            ``resume_from_custom_func``); ``args`` may also be a paddlenlp or paddleformers
             ``TrainingArguments``. Translated at the door (``trainer.compat.door``).
 
     Example::
@@ -146,7 +147,7 @@ class Trainer(PaddleNLPAPI):
         self._eval_loaders: dict = {}  # id(dataset) -> (dataset, loader) with persistent workers, during fit()
         self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
         self._auto_batch: Optional[AutoBatch] = None
-        self._compat_init_end(door.paddlenlp_args)
+        self._compat_init_end(door)
 
     # ---- public facts --------------------------------------------------------
     @property

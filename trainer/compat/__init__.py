@@ -1,11 +1,11 @@
-"""Compatibility with PaddleNLP's Trainer and paddle's hapi callbacks: the one
-place where their names are translated into this project's.
+"""Compatibility with PaddleNLP's and PaddleFormers' Trainers and paddle's hapi callbacks:
+the one place where their names are translated into this project's.
 
 Owns:
 
-- ``door``: ``Trainer(...)``'s PaddleNLP keywords and objects, at construction;
-- ``args_convert``: paddlenlp ``TrainingArguments`` -> ours (by the migration table,
-  ``trainer.args.fields_table``); ``table``: that table as Markdown
+- ``door``: ``Trainer(...)``'s PaddleNLP and PaddleFormers keywords and objects, at construction;
+- ``args_convert``: paddlenlp (or paddleformers) ``TrainingArguments`` -> ours (by the migration tables,
+  ``trainer.args.fields_table`` and ``trainer.args.paddleformers_fields``); ``table``: that table as Markdown
   (``python -m trainer.compat.table``);
 - ``outputs``: ``TrainOutput``, ``PredictionOutput``, ``EvalPrediction``
   (named tuples);
@@ -13,7 +13,8 @@ Owns:
   ``save_state``, ``is_world_process_zero``, ``pop_callback`` (a mixin of
   ``trainer.Trainer``);
 - ``paddlenlp_recipe``: PaddleNLP's arithmetic (schedule, clip, decay) for a run
-  given PaddleNLP's arguments;
+  given PaddleNLP's arguments; ``paddleformers_recipe``: PaddleFormers' (its data order,
+  ``min_lr``, its log record), for a run given PaddleFormers' arguments;
 - ``paddlenlp_callbacks``, ``hapi_callbacks``: the callback adapters (their common base in ``foreign``).
 
 PaddleNLP's fields without an option here are ``trainer.args.paddlenlp_fields``
@@ -29,7 +30,7 @@ Used by: ``trainer.trainer`` (``door``, ``api``), ``trainer.evaluation`` and
 ``trainer`` (``outputs``' named tuples) and PaddleNLP users' scripts.
 
 The training loop never sees a PaddleNLP name. Nothing here imports paddlenlp
-until a paddlenlp object is given. Guides: docs/how-to/migrate-paddlenlp.md,
+(or paddleformers) until such an object is given. Guides: docs/how-to/migrate-paddlenlp.md,
 docs/how-to/migrate-hapi.md.
 """
 

@@ -58,12 +58,27 @@ class PaddleNLPAPI:
     """The PaddleNLP names of ``trainer.Trainer``'s machinery."""
 
     tokenizer = None
+    processing_class = None  # PaddleFormers' Trainer(processing_class=...): saved beside the model
     preprocess_predictions = None
     _in_train_api = False
 
     # ---- the door (called from Trainer.__init__) ------------------------------------
-    def _compat_init_end(self, paddlenlp_args) -> None:
+    def _compat_init_end(self, door) -> None:
+        """``door``: the ``trainer.compat.door.Translated`` this trainer was made from."""
+        from .door import fit_model_to_device
+        from .paddleformers_recipe import PaddleFormersRecipe
         from .paddlenlp_callbacks import PaddleNLPCallbacks
+
+        paddlenlp_args = door.paddlenlp_args
+        self.processing_class = door.processing_class
+        fit_model_to_device(self.model, self.device)
+        # PaddleFormers' hf saves and its record of a save come from the adapter
+        strategy = getattr(paddlenlp_args, "save_strategy", "no")
+        saves = str(getattr(strategy, "value", strategy)) != "no"
+        wants_adapter = door.resume_from_custom_func is not None or \
+            (isinstance(door.recipe, PaddleFormersRecipe) and saves)
+        if wants_adapter and self.callbacks.get(PaddleNLPCallbacks) is None:
+            self.callbacks.add(PaddleNLPCallbacks())
 
         if self.is_main_process:  # PaddleNLP's Trainer makes output_dir at construction; scripts write into it
             with contextlib.suppress(OSError):  # a path that cannot be made is reported by fit() (trainer.checkpoint)
@@ -76,6 +91,7 @@ class PaddleNLPAPI:
         handler = self.callbacks.get(PaddleNLPCallbacks)
         if handler is not None:
             handler.paddlenlp_args = paddlenlp_args
+            handler.resume_from_custom_func = door.resume_from_custom_func
             handler.init_end(self)
 
     def _adapt(self, callback) -> list:
@@ -130,8 +146,13 @@ class PaddleNLPAPI:
         """Write the model (and tokenizer) so that ``from_pretrained(output_dir)`` loads them; rank 0 only."""
         import paddle
 
+        from .door import framework_of
+
         output_dir = output_dir or self.args.output_dir
         self.wait_for_checkpoint()
+        if self.world_size > 1 and framework_of(self.model) == "paddleformers":
+            self._save_on_every_rank(output_dir)
+            return output_dir
         if self.is_main_process:
             fence.check(output_dir)  # only while output_dir is still this run's (no-op for a directory not held)
             os.makedirs(output_dir, exist_ok=True)
@@ -139,11 +160,44 @@ class PaddleNLPAPI:
                 self.model.save_pretrained(output_dir)
             else:
                 paddle.save(self.model.state_dict(), os.path.join(output_dir, "model_state.pdparams"))
-            if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
-                self.tokenizer.save_pretrained(output_dir)
-            with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
-                json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
+            self._save_beside_model(output_dir)
         return output_dir
+
+    def _save_on_every_rank(self, output_dir: str) -> None:
+        """A PaddleFormers model on several processes. Its default save_pretrained format (flex_checkpoint) is
+        collective and calls ``.cuda()`` there; its other format is not collective for a model, while a LoRA
+        adapter's waits at a barrier after every rank wrote the same file. Every rank holds the whole model here
+        (data parallel, sharding stage 1), so every rank calls it in that format: rank 0 into ``output_dir``
+        (``model.safetensors``, a LoRA adapter's ``lora_model_state.pdparams``; ``from_pretrained`` loads
+        either), the others into a scratch directory, removed."""
+        import shutil
+        import tempfile
+
+        main = self.is_main_process
+        if main:
+            fence.check(output_dir)
+            os.makedirs(output_dir, exist_ok=True)
+        target = output_dir if main else tempfile.mkdtemp(prefix="pf-save-")
+        try:
+            self.model.save_pretrained(target, is_main_process=main, save_checkpoint_format="unified_checkpoint",
+                                       safe_serialization=True)
+        finally:
+            if not main:
+                shutil.rmtree(target, ignore_errors=True)
+        if main:
+            self._save_beside_model(output_dir)
+
+    def _save_beside_model(self, output_dir: str) -> None:
+        """The tokenizer, the processing class and our arguments, beside the saved model (rank 0)."""
+        for obj in (self.tokenizer, self.processing_class):
+            if obj is not None and hasattr(obj, "save_pretrained"):
+                obj.save_pretrained(output_dir)
+        with open(os.path.join(output_dir, "training_args.json"), "w", encoding="utf-8") as f:
+            json.dump(self.args.to_dict(), f, indent=2, sort_keys=True, default=str)
+
+    def save_hf_checkpoint(self) -> str:
+        """PaddleFormers' hf checkpoint: ``save_model`` into ``<output_dir>/hf_checkpoint-<step>``."""
+        return self.save_model(os.path.join(self.args.output_dir, f"hf_checkpoint-{self.state.global_step}"))
 
     def metrics_format(self, metrics: dict) -> dict:
         """Metrics for people: runtimes as h:mm:ss.ss, floats rounded to 4 places."""
@@ -188,8 +242,23 @@ class PaddleNLPAPI:
             return
         state = self.state.state_dict()
         state["best_model_checkpoint"] = state.get("best_checkpoint")
+        for key, value in self._their_state_keys().items():  # their TrainerState's other keys, beside ours
+            state.setdefault(key, value)
         os.makedirs(self.args.output_dir, exist_ok=True)
         _write_json(os.path.join(self.args.output_dir, "trainer_state.json"), state)
+
+    def _their_state_keys(self) -> dict:
+        """Keys of PaddleNLP's (and PaddleFormers') ``TrainerState`` that ours has not; PaddleFormers' adds
+        ``consumed_samples``: the samples of the optimizer steps taken, over every rank."""
+        keys = {"total_flos": 0, "is_local_process_zero": self.is_local_process_zero(),
+                "is_world_process_zero": self.is_world_process_zero(), "trial_name": None, "trial_params": None}
+        handler = next(iter(self._compat_handlers()), None)
+        recipe = getattr(self, "recipe", None)
+        if getattr(recipe, "name", None) == "paddleformers" or (handler is not None and handler.origin() == "paddleformers"):
+            a = self.args
+            keys["consumed_samples"] = self.state.global_step * a.per_device_train_batch_size * \
+                a.gradient_accumulation_steps * self.layout.data_world_size
+        return keys
 
     # ---- facts and callbacks -----------------------------------------------------------
     def is_world_process_zero(self) -> bool:

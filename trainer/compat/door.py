@@ -1,25 +1,32 @@
-"""The door: PaddleNLP's ``Trainer(...)`` keywords, arguments and callbacks
-translated into this project's, once, in ``Trainer.__init__``.
+"""The door: PaddleNLP's (and PaddleFormers') ``Trainer(...)`` keywords, arguments and
+callbacks translated into this project's, once, in ``Trainer.__init__``.
 
 =================================  ==============================================
 PaddleNLP                          here
 =================================  ==============================================
-``args`` (paddlenlp                our ``TrainingArguments``, field by field
-TrainingArguments or a subclass)   (``trainer.compat.args_convert``)
+``args`` (paddlenlp or             our ``TrainingArguments``, field by field
+paddleformers TrainingArguments    (``trainer.compat.args_convert``)
+or a subclass)
 ``data_collator``                  ``collate_fn``
 ``criterion``                      ``loss_fn``
 ``optimizers=(opt, scheduler)``    ``optimizer``, ``lr_scheduler``
 ``tokenizer``                      ``trainer.tokenizer`` (saved by ``save_model``;
                                    without a collator, batches are padded with
-                                   paddlenlp's ``DataCollatorWithPadding``)
+                                   their ``DataCollatorWithPadding``)
+``processing_class``               ``trainer.processing_class`` (PaddleFormers;
+                                   saved by ``save_model``)
+``resume_from_custom_func``        called with the model after the callbacks'
+                                   ``on_train_begin`` (PaddleFormers)
 ``preprocess_logits_for_metrics``  ``trainer.preprocess_predictions``
 PaddleNLP's data order, decay       ``trainer.recipe``: PaddleNLP's
-rule, schedule, clipping, logs      (``trainer.compat.paddlenlp_recipe``)
-PaddleNLP ``TrainerCallback``      one ``PaddleNLPCallbacks`` adapter
+rule, schedule, clipping, logs      (``trainer.compat.paddlenlp_recipe``), or
+                                   PaddleFormers' (``...paddleformers_recipe``)
+PaddleNLP ``TrainerCallback``      one ``PaddleNLPCallbacks`` adapter (PaddleFormers'
+                                   too: ``on_save_hf``)
 ``paddle.callbacks.Callback``      one ``HapiCallbacks`` adapter
 =================================  ==============================================
 
-Nothing here imports paddlenlp unless a paddlenlp object was given.
+Nothing here imports paddlenlp (or paddleformers) unless such an object was given.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from ..args.arguments import _suggest
 from ..errors import ConfigError
 
 PADDLENLP_KEYWORDS = ("data_collator", "criterion", "optimizers", "tokenizer", "preprocess_logits_for_metrics")
+# PaddleFormers' Trainer adds these two (processing_class: its name for the tokenizer or processor)
+PADDLEFORMERS_KEYWORDS = ("processing_class", "resume_from_custom_func")
 
 
 @dataclass
@@ -45,15 +54,18 @@ class Translated:
     lr_scheduler: Any
     tokenizer: Any = None
     preprocess_predictions: Optional[Callable] = None
-    paddlenlp_args: Any = None
+    paddlenlp_args: Any = None  # the PaddleNLP or PaddleFormers TrainingArguments given
+    resume_from_custom_func: Optional[Callable] = None  # PaddleFormers': called with the model as training begins
+    processing_class: Any = None  # PaddleFormers': an image processor or the like, saved by save_model
     recipe: Any = None  # trainer.recipe.Recipe, or PaddleNLP's for a PaddleNLP TrainingArguments
 
 
 def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler, extra: dict) -> Translated:
     """Our constructor's values from PaddleNLP's keywords (``extra``) and objects."""
+    theirs = PADDLENLP_KEYWORDS + PADDLEFORMERS_KEYWORDS
     for key in extra:
-        if key not in PADDLENLP_KEYWORDS:
-            raise ConfigError(f"Trainer() got an unknown keyword {key!r}{_suggest(key, _our_keywords() + list(PADDLENLP_KEYWORDS))}")
+        if key not in theirs:
+            raise ConfigError(f"Trainer() got an unknown keyword {key!r}{_suggest(key, _our_keywords() + list(theirs))}")
     out = Translated(args, [], loss_fn, collate_fn, optimizer, lr_scheduler)
     out.loss_fn = _one("loss_fn", loss_fn, "criterion", extra.get("criterion"))
     out.collate_fn = _one("collate_fn", collate_fn, "data_collator", extra.get("data_collator"))
@@ -64,28 +76,59 @@ def translate_init(args, callbacks, loss_fn, collate_fn, optimizer, lr_scheduler
         out.optimizer = _one("optimizer", optimizer, "optimizers[0]", pair[0])
         out.lr_scheduler = _one("lr_scheduler", lr_scheduler, "optimizers[1]", pair[1])
     out.tokenizer = extra.get("tokenizer")
+    out.processing_class = extra.get("processing_class")  # PaddleFormers': saved beside the model, never pads
     out.preprocess_predictions = extra.get("preprocess_logits_for_metrics")
-    if out.collate_fn is None and out.tokenizer is not None and _is_paddlenlp(out.tokenizer):
-        from paddlenlp.data import DataCollatorWithPadding  # what PaddleNLP's Trainer does with a tokenizer
-
-        out.collate_fn = DataCollatorWithPadding(out.tokenizer)
+    out.resume_from_custom_func = extra.get("resume_from_custom_func")
+    if out.resume_from_custom_func is not None and not callable(out.resume_from_custom_func):
+        raise ConfigError("resume_from_custom_func must be a callable taking the model")
+    origin = framework_of(out.tokenizer)
+    if out.collate_fn is None and out.tokenizer is not None and origin is not None:
+        # what their Trainers do with a tokenizer (a processor without padding is left to the default collation)
+        collator = __import__(f"{origin}.data", fromlist=["DataCollatorWithPadding"]).DataCollatorWithPadding
+        if hasattr(out.tokenizer, "pad"):
+            out.collate_fn = collator(out.tokenizer)
     if args is not None and not isinstance(args, TrainingArguments):
-        if not _is_paddlenlp(args):
-            raise ConfigError(f"args must be a trainer.TrainingArguments (or a paddlenlp TrainingArguments), "
-                              f"got {type(args).__name__}")
+        origin = framework_of(args)
+        if origin is None:
+            raise ConfigError(f"args must be a trainer.TrainingArguments (or a paddlenlp or paddleformers "
+                              f"TrainingArguments), got {type(args).__module__}.{type(args).__name__}")
         from .args_convert import convert_args
 
-        from .paddlenlp_recipe import PaddleNLPRecipe
-
         out.paddlenlp_args = args
-        out.args = convert_args(args)
-        out.recipe = PaddleNLPRecipe(args)  # PaddleNLP's arguments, PaddleNLP's numbers (trainer.compat.paddlenlp_recipe)
+        out.args = convert_args(args, origin)
+        if origin == "paddleformers":
+            from .paddleformers_recipe import PaddleFormersRecipe
+
+            out.recipe = PaddleFormersRecipe(args)  # its numbers (trainer.compat.paddleformers_recipe)
+        else:
+            from .paddlenlp_recipe import PaddleNLPRecipe
+
+            out.recipe = PaddleNLPRecipe(args)  # PaddleNLP's arguments, PaddleNLP's numbers (trainer.compat.paddlenlp_recipe)
     out.callbacks = adapt_callbacks(list(callbacks or []), existing=())
     if out.recipe is None:
         from ..recipe import Recipe
 
         out.recipe = Recipe()
     return out
+
+
+def fit_model_to_device(model, device: str) -> None:
+    """A PaddleFormers model's config asks for fused RMSNorm by default (``fuse_rms_norm``), a GPU kernel: on CPU
+    (where its own Trainer fails at the first step: ``fused_rms_norm_ext`` is not registered) it is turned off,
+    named in one warning: its norm layers read the flag at each call and compute the same formula unfused."""
+    if "cpu" not in str(device).lower() or framework_of(model) != "paddleformers":
+        return
+    norms = [layer for layer in model.sublayers() if "RMSNorm" in type(layer).__name__]  # paddleformers.nn.norm's
+    configs = {id(c): c for c in (getattr(layer, "config", None) for layer in norms)
+               if c is not None and callable(getattr(c, "get", None))}
+    fused = [c for c in configs.values() if c.get("fuse_rms_norm", True)]  # its norm layers' reading: unset = on
+    for config in fused:
+        config.fuse_rms_norm = False
+    if fused:
+        import logging
+
+        logging.getLogger("trainer").warning("the model's config has fuse_rms_norm=True, a GPU kernel this CPU run "
+                                             "lacks: turned off (the same RMSNorm, unfused)")
 
 
 def _our_keywords() -> list:
@@ -99,27 +142,43 @@ def _one(ours: str, value, theirs: str, other):
     return value if value is not None else other
 
 
-def _is_paddlenlp(obj) -> bool:
-    return any(type(obj).__module__.startswith("paddlenlp") or c.__module__.startswith("paddlenlp")
-               for c in type(obj).__mro__)
+FRAMEWORKS = ("paddlenlp", "paddleformers")
 
 
-def _paddlenlp_callback_class():
-    module = sys.modules.get("paddlenlp.trainer.trainer_callback")
-    return getattr(module, "TrainerCallback", None) if module else None
+def framework_of(obj) -> Optional[str]:
+    """``paddlenlp`` or ``paddleformers`` when ``obj``'s class (or a base) comes from it; else None."""
+    if obj is None:
+        return None
+    for c in type(obj).__mro__:
+        root = c.__module__.split(".", 1)[0]
+        if root in FRAMEWORKS:
+            return root
+    return None
+
+
+def _foreign_callback_classes() -> list:
+    """(framework, TrainerCallback) of each of PaddleNLP and PaddleFormers already imported."""
+    out = []
+    for origin in FRAMEWORKS:
+        module = sys.modules.get(f"{origin}.trainer.trainer_callback")
+        cls = getattr(module, "TrainerCallback", None) if module else None
+        if cls is not None:
+            out.append((origin, cls))
+    return out
 
 
 def kind_of(callback) -> str:
     """``ours``, ``paddlenlp`` or ``hapi`` (an instance or a class)."""
-    from callbacks.base import Callback
     from paddle.hapi.callbacks import Callback as HapiCallback
+
+    from callbacks.base import Callback
 
     cls = callback if isinstance(callback, type) else type(callback)
     if issubclass(cls, Callback):
         return "ours"
-    pnlp = _paddlenlp_callback_class()
-    if pnlp is not None and issubclass(cls, pnlp):
-        return "paddlenlp"
+    for _origin, theirs in _foreign_callback_classes():
+        if issubclass(cls, theirs):
+            return "paddlenlp"  # PaddleFormers' TrainerCallback is PaddleNLP's, plus on_save_hf: one adapter
     if issubclass(cls, HapiCallback):
         return "hapi"
     return "other"
@@ -139,8 +198,8 @@ def adapt_callbacks(items: list, existing) -> list:
             out.append(item)
             continue
         if kind == "other":
-            raise ConfigError(f"{item!r} is not a callback: pass a callbacks.Callback, a paddlenlp TrainerCallback "
-                              "or a paddle.callbacks.Callback")
+            raise ConfigError(f"{item!r} is not a callback: pass a callbacks.Callback, a paddlenlp or paddleformers "
+                              "TrainerCallback or a paddle.callbacks.Callback")
         cls = adapters[kind]
         adapter = next((cb for cb in list(existing) + out if isinstance(cb, cls)), None)
         if adapter is None:

@@ -1,5 +1,9 @@
-"""PaddleNLPCallbacks: runs PaddleNLP ``TrainerCallback`` objects on this
-project's events, as PaddleNLP's ``CallbackHandler`` would.
+"""PaddleNLPCallbacks: runs PaddleNLP (and PaddleFormers) ``TrainerCallback`` objects on this
+project's events, as their ``CallbackHandler`` would.
+
+PaddleFormers' ``TrainerCallback`` is PaddleNLP's with one more hook, ``on_save_hf``, and one more
+flag, ``control.should_save_hf``; its ``TrainerState`` adds ``consumed_samples``. The same adapter
+runs both: ``args``, ``state`` and ``control`` are of the framework the callbacks come from.
 
 One adapter holds every PaddleNLP callback of a trainer, in the order given,
 and calls each hook with ``(args, state, control, **kwargs)``:
@@ -39,9 +43,18 @@ on_log                   ``log``                                          ``on_l
 on_prediction_step       ``eval_step_end``; in ``predict()``, once per        ``on_eval_step_end``,
                          batch at ``predict_end``                         ``on_predict_end``
 on_evaluate              after the evaluation's ``log``, as in PaddleNLP  ``on_log``
-on_save                  ``save_end``                                     ``on_save_end``
+on_save                  ``save_end`` (PaddleFormers: after a record       ``on_save_end``
+                         ``{"global_save_step": step}`` at a logging step)
 on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
                          ``train()``, after its summary ``log``
+on_save_hf               (PaddleFormers) after a step whose control has   ``on_step_end``
+                         ``should_save_hf`` (set by a callback, or by
+                         ``save_hf_steps`` with ``save_strategy="steps"``),
+                         once the model is saved with ``save_pretrained``
+                         to ``<output_dir>/hf_checkpoint-<step>``; as
+                         PaddleFormers 1.2, only with
+                         ``save_checkpoint_format="flex_checkpoint"`` (its
+                         default)
 =======================  ===============================================  ====================
 
 Not fired: ``on_load_data_end`` (no per-batch event here).
@@ -79,6 +92,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
     def __init__(self):
         super().__init__()
         self.paddlenlp_args = None      # set by the door when the trainer was given paddlenlp arguments
+        self.resume_from_custom_func = None  # PaddleFormers' Trainer(resume_from_custom_func=...), set by the door
         self._pstate = None
         self._control = None
         self._pending_metrics = None    # metrics of an evaluation whose on_evaluate waits for its on_log
@@ -99,13 +113,24 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self.callbacks.append(cb)
 
     # ---- the PaddleNLP view of the trainer ---------------------------------------
-    def _objects(self, trainer, steps_done: int = 0):
-        from paddlenlp.trainer.trainer_callback import TrainerControl, TrainerState
+    def origin(self) -> str:
+        """``paddleformers`` when the arguments or the callbacks come from it, else ``paddlenlp``."""
+        for obj in [self.paddlenlp_args, *self.callbacks]:
+            for c in type(obj).__mro__ if obj is not None else ():
+                if c.__module__.split(".", 1)[0] in ("paddlenlp", "paddleformers"):
+                    return c.__module__.split(".", 1)[0]
+        return "paddlenlp"
 
+    def _objects(self, trainer, steps_done: int = 0):
         if self._pstate is None:
-            self._pstate, self._control = TrainerState(), TrainerControl()
+            module = __import__(f"{self.origin()}.trainer.trainer_callback", fromlist=["TrainerControl"])
+            self._pstate, self._control = module.TrainerState(), module.TrainerControl()
         s, p = trainer.state, self._pstate
         p.global_step, p.max_steps, p.num_train_epochs = s.global_step - steps_done, s.max_steps, s.num_train_epochs
+        if hasattr(p, "consumed_samples"):  # PaddleFormers': samples of the optimizer steps taken, over all ranks
+            a = trainer.args
+            p.consumed_samples = p.global_step * a.per_device_train_batch_size * a.gradient_accumulation_steps * \
+                trainer.layout.data_world_size
         p.epoch = s.epoch + (s.step_in_epoch / s.steps_per_epoch if s.steps_per_epoch else 0.0)
         p.log_history = list(s.log_history)
         p.best_metric, p.best_model_checkpoint = s.best_metric, s.best_checkpoint
@@ -120,6 +145,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """Call ``event`` on every PaddleNLP callback, then write the control flags back.
 
         ``steps_done``: optimizer steps this trainer has already counted that PaddleNLP's has not at this hook."""
+        if not self.callbacks:  # an adapter kept for PaddleFormers' hf saves alone: nothing to call, no view to build
+            return
         args, pstate, control = self._objects(trainer, steps_done)
         if event == "on_log":
             pstate.log_history.append({**kwargs["logs"], "step": trainer.state.global_step})
@@ -146,6 +173,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self._epoch_open = False
         trainer.state.should_stop = False
         self.call(trainer, "on_train_begin")
+        if self.resume_from_custom_func is not None:  # PaddleFormers calls it right after on_train_begin
+            self.resume_from_custom_func(trainer.model)
 
     def on_epoch_begin(self, trainer):
         self._epoch_open = True
@@ -167,7 +196,27 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self.call(trainer, "on_optimizer_end", steps_done=1, scaler=trainer.grad_scaler)
 
     def on_step_end(self, trainer):
+        save_hf = self._save_hf_due(trainer)
+        if save_hf:
+            self._control.should_save_hf = True  # PaddleFormers' DefaultFlowCallback, first of its handler's
         self.call(trainer, "on_step_end")
+        # the flag stays up until a save (a callback may raise it at any hook), as in PaddleFormers
+        if save_hf is not None and getattr(self._control, "should_save_hf", False):
+            self._control.should_save_hf = False
+            if getattr(self.paddlenlp_args, "save_checkpoint_format", "flex_checkpoint") == "flex_checkpoint":
+                trainer.save_hf_checkpoint()
+                self.call(trainer, "on_save_hf")
+
+    def _save_hf_due(self, trainer):
+        """PaddleFormers' rule for ``should_save_hf`` at this step (None: not a PaddleFormers run)."""
+        if self.origin() != "paddleformers":
+            return None
+        if self._control is None:
+            self._objects(trainer)
+        a = self.paddlenlp_args
+        steps = int(getattr(a, "save_hf_steps", -1) or -1) if a is not None else -1
+        strategy = getattr(getattr(a, "save_strategy", None), "value", getattr(a, "save_strategy", None))
+        return bool(strategy == "steps" and steps > 0 and trainer.state.global_step % steps == 0)
 
     def on_epoch_end(self, trainer):
         self._epoch_open = False
@@ -192,7 +241,8 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self._best_before_eval = (trainer.state.best_metric, trainer.state.best_checkpoint)
 
     def on_log(self, trainer):
-        self.call(trainer, "on_log", logs=trainer.state.logs)
+        # their log() hands on_log the record without "step" (it is added to log_history's copy only)
+        self.call(trainer, "on_log", logs={k: v for k, v in trainer.state.logs.items() if k != "step"})
         if self._pending_metrics is not None:
             metrics, self._pending_metrics = self._pending_metrics, None
             try:
@@ -201,7 +251,18 @@ class PaddleNLPCallbacks(ForeignCallbacks):
                 self._best_before_eval = None
 
     def on_save_end(self, trainer):
+        if self.origin() == "paddleformers" and self._logs_at(trainer.state.global_step):
+            # PaddleFormers logs a checkpoint saved at a logging step, before on_save
+            trainer.log({"step": trainer.state.global_step, "global_save_step": trainer.state.global_step})
         self.call(trainer, "on_save")
+
+    def _logs_at(self, step: int) -> bool:
+        """Whether PaddleFormers' DefaultFlowCallback logs at optimizer step ``step``."""
+        a = self.paddlenlp_args
+        strategy = getattr(getattr(a, "logging_strategy", None), "value", getattr(a, "logging_strategy", None))
+        every = int(getattr(a, "logging_steps", 0) or 0)
+        return (step == 1 and bool(getattr(a, "logging_first_step", False))) or \
+            (strategy == "steps" and every > 0 and step % every == 0)
 
     def on_fit_end(self, trainer):
         if trainer.state.status == "failed":

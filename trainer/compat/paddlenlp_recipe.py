@@ -10,6 +10,7 @@ data order, 1 process  ``RandomState(data_seed + e)``   the ``e+1``-th ``choice(
                                                         (``paddle.io.BatchSampler``)
 data order, N procs    the same                         ``RandomState(e)``, padded
                                                         (``DistributedBatchSampler``)
+a stream, N procs      sample ``i`` to rank ``i % N``   a batch at a time (``IterableDatasetShard``)
 weight decay           parameters with 2+ dims          names without "bias" or "norm"
 LR schedule            ramp ``(n+1)/(w+1)``,            paddlenlp's ``get_scheduler``:
                        ``w = ceil(ratio * steps)``      ramp ``n/w``, ``w = int(ratio * steps)``
@@ -73,6 +74,10 @@ class PaddleNLPRecipe(Recipe):
         return PaddleNLPOrder(dataset_len, a.per_device_train_batch_size, num_replicas=trainer.layout.data_world_size,
                               rank=trainer.layout.data_rank, shuffle=True, seed=0, drop_last=a.dataloader_drop_last,
                               numpy_seed=a.seed)
+
+    def stream_block(self, batch_size: int) -> int:
+        """An IterableDataset on N ranks: ``IterableDatasetShard``'s blocks of a batch (``trainer.data.iterable``)."""
+        return batch_size
 
     def decay_names(self, model, params: Iterable) -> set[str]:
         keep = {p.name for p in params}

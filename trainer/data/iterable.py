@@ -7,7 +7,11 @@ that, it is iterated again (a new pass; ``dataset.set_epoch(pass)`` is called
 when the dataset has it).
 
 - **Sharded by rank**: with N processes, rank r takes samples r, r+N, r+2N,
-  ... of every pass (each rank reads the stream and keeps its share).
+  ... of every pass (each rank reads the stream and keeps its share). The
+  recipe may ask for blocks instead (``Recipe.stream_block``): rank r takes
+  the r-th run of ``block`` samples of every ``block x N``, as PaddleNLP's and
+  PaddleFormers' ``IterableDatasetShard`` does with block = the batch size (in
+  evaluation its last, short group is filled from its first, as theirs).
 - **Loading** happens in the main process, ``per_device_train_batch_size``
   samples at a time through ``collate_fn``; ``dataloader_num_workers`` is not
   used for a stream (a warning says so).
@@ -38,13 +42,30 @@ def is_iterable(dataset) -> bool:
     return isinstance(dataset, paddle.io.IterableDataset)
 
 
-def _rank_share(dataset, rank: int, world: int, start: int = 0, on_take: Optional[Callable] = None):
-    """Rank ``rank``'s samples of one pass; ``start`` is the stream index the iteration begins at."""
+def _rank_share(dataset, rank: int, world: int, start: int = 0, on_take: Optional[Callable] = None, block: int = 1):
+    """Rank ``rank``'s samples of one pass, ``block`` at a time; ``start`` is the stream index the iteration
+    begins at."""
     for i, sample in enumerate(dataset, start):
-        if i % world == rank:
+        if (i // block) % world == rank:
             if on_take is not None:
                 on_take(i + 1)
             yield sample
+
+
+def _padded_block_share(dataset, rank: int, world: int, block: int):
+    """One pass as ``IterableDatasetShard`` deals it: rank ``rank``'s block of each ``block x world`` group,
+    the last short group filled with the first group's samples."""
+    group, first = [], None
+    for sample in dataset:
+        group.append(sample)
+        if len(group) == block * world:
+            yield from group[rank * block:(rank + 1) * block]
+            first, group = first or group, []
+    if group:
+        first = first or list(group)
+        while len(group) < block * world:
+            group += first
+        yield from group[rank * block:(rank + 1) * block]
 
 
 def _batched(samples, batch_size: int, collate_fn: Callable, drop_last: bool):
@@ -63,8 +84,8 @@ class IterableBatches:
     (``batches_per_epoch``, ``set_epoch``) and is its own loader."""
 
     def __init__(self, dataset, batch_size: int, rank: int, world: int, collate_fn: Callable,
-                 total_batches: int, drop_last: bool):
-        self.dataset, self.batch_size, self.rank, self.world = dataset, batch_size, rank, world
+                 total_batches: int, drop_last: bool, block: int = 1):
+        self.dataset, self.batch_size, self.rank, self.world, self.block = dataset, batch_size, rank, world, block
         self.collate_fn, self.total_batches, self.drop_last = collate_fn, total_batches, drop_last
         self.start_batch = 0
         self.restored = False  # the dataset's own state was loaded from a checkpoint: nothing to skip
@@ -101,7 +122,8 @@ class IterableBatches:
             if hasattr(self.dataset, "set_epoch") and not (restored and start):
                 self.dataset.set_epoch(passes)
             produced, taken = 0, [start]
-            shard = _rank_share(self.dataset, self.rank, self.world, start, on_take=lambda i: taken.__setitem__(0, i))
+            shard = _rank_share(self.dataset, self.rank, self.world, start, on_take=lambda i: taken.__setitem__(0, i),
+                                block=self.block)
             for batch in _batched(shard, self.batch_size, self.collate_fn, self.drop_last):
                 produced += 1
                 self.position = (passes, taken[0])
@@ -115,11 +137,14 @@ class IterableBatches:
 class IterableEval:
     """One sharded pass over an evaluation stream."""
 
-    def __init__(self, dataset, batch_size: int, rank: int, world: int, collate_fn: Callable):
+    def __init__(self, dataset, batch_size: int, rank: int, world: int, collate_fn: Callable, block: int = 1):
         self.dataset, self.batch_size, self.rank, self.world, self.collate_fn = dataset, batch_size, rank, world, collate_fn
+        self.block = block
 
     def __iter__(self):
-        return _batched(_rank_share(self.dataset, self.rank, self.world), self.batch_size, self.collate_fn, False)
+        share = (_padded_block_share(self.dataset, self.rank, self.world, self.block) if self.block > 1 and self.world > 1
+                 else _rank_share(self.dataset, self.rank, self.world))
+        return _batched(share, self.batch_size, self.collate_fn, False)
 
 
 def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
@@ -136,7 +161,7 @@ def train_batches(trainer, collate_fn: Optional[Callable]) -> IterableBatches:
     return IterableBatches(trainer.train_dataset, a.per_device_train_batch_size, trainer.layout.data_rank,
                            trainer.layout.data_world_size,
                            collate_fn or default_collate_fn, a.max_steps * a.gradient_accumulation_steps,
-                           a.dataloader_drop_last)
+                           a.dataloader_drop_last, block=trainer.recipe.stream_block(a.per_device_train_batch_size))
 
 
 def eval_batches(trainer, dataset, collate_fn: Optional[Callable]) -> IterableEval:
@@ -144,4 +169,4 @@ def eval_batches(trainer, dataset, collate_fn: Optional[Callable]) -> IterableEv
 
     return IterableEval(dataset, trainer.args.per_device_eval_batch_size, trainer.layout.data_rank,
                         trainer.layout.data_world_size,
-                        collate_fn or default_collate_fn)
+                        collate_fn or default_collate_fn, block=trainer.recipe.stream_block(trainer.args.per_device_eval_batch_size))

@@ -1,0 +1,140 @@
+"""The door for PaddleFormers (trainer.compat.door, args_convert, paddlenlp_callbacks, api): its
+``TrainingArguments`` (and subclasses) converted field by field, its renamed parallel and recompute fields on
+our layout, its ``Trainer`` keywords (``tokenizer`` with its collators, ``processing_class``,
+``resume_from_custom_func``), its ``TrainerCallback`` with ``on_save_hf``, and ``save_model`` writing what
+``from_pretrained`` loads. The script runs are subprocesses of tests/paddleformers/scripts/pf_finetune.py as
+written (PaddleFormers' Trainer) and with only its import changed (ours)."""
+
+import dataclasses
+import logging
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pf_helpers import BASE_ARGS, read_logs, run_script  # noqa: E402
+from test_pf_numbers import compare  # noqa: E402
+
+
+def _tiny_llama():
+    import paddle
+    from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+
+    paddle.seed(1)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                                        fuse_rms_norm=False))
+
+
+def _their_args(tmp_path, cls=None, **kw):
+    from paddleformers.trainer import TrainingArguments
+
+    return (cls or TrainingArguments)(output_dir=str(tmp_path / "out"), amp_master_grad=False, device="cpu",
+                                      report_to="none", **kw)
+
+
+def test_a_subclass_of_its_arguments_comes_through_field_by_field(tmp_path, caplog):
+    from paddleformers.trainer import TrainingArguments
+
+    from trainer import Trainer
+    from trainer.compat.paddleformers_recipe import PaddleFormersRecipe
+
+    @dataclasses.dataclass
+    class ScriptArguments(TrainingArguments):  # as SFTConfig: a subclass with fields of its own
+        max_seq_len: int = 128
+
+    args = _their_args(tmp_path, ScriptArguments, max_seq_len=64, learning_rate=3e-4, max_steps=5, seed=11,
+                       recompute_granularity="full", recompute_method="uniform", save_hf_steps=2,
+                       save_strategy="steps", logging_steps=2)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        trainer = Trainer(model=_tiny_llama(), args=args)
+    ours = trainer.args
+    assert (ours.learning_rate, ours.max_steps, ours.seed, ours.logging_steps) == (3e-4, 5, 11, 2)
+    assert ours.recompute is True  # PaddleFormers has no recompute switch: recompute_granularity turns ours on
+    assert ours.sharding == ""  # its default stage1 is [] on one process
+    assert isinstance(trainer.recipe, PaddleFormersRecipe)
+    warned = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
+    assert len(warned) == 1, warned  # one warning, naming each set field without an effect here, and only those
+    assert "paddleformers TrainingArguments" in warned[0]
+    assert "max_seq_len=64" in warned[0] and "recompute_method='uniform'" in warned[0]
+    assert "migrate-paddleformers.md" in warned[0]
+    for quiet in ("context_parallel_size", "amp_master_grad", "recompute_granularity", "save_hf_steps"):
+        assert quiet not in warned[0]
+
+
+def test_split_param_is_a_word_of_our_sharding_config(tmp_path):
+    from trainer.compat.args_convert import convert_args
+
+    args = _their_args(tmp_path, sharding="stage1", split_param=True)
+    args.sharding = ["stage1"]  # what its __post_init__ leaves on two processes
+    assert "split_param" in convert_args(args, "paddleformers").sharding_parallel_config.split()
+    args.split_param = False
+    assert "split_param" not in convert_args(args, "paddleformers").sharding_parallel_config.split()
+
+
+def test_other_arguments_are_refused_in_one_line(tmp_path):
+    from trainer import Trainer
+    from trainer.errors import ConfigError
+
+    class Elsewhere:
+        output_dir = str(tmp_path)
+
+    with pytest.raises(ConfigError, match="paddleformers TrainingArguments.*Elsewhere"):
+        Trainer(model=_tiny_llama(), args=Elsewhere())
+    with pytest.raises(ConfigError, match="unknown keyword 'processing_clas'.*processing_class"):
+        Trainer(model=_tiny_llama(), args=_their_args(tmp_path), processing_clas=None)
+
+
+def test_padding_collator_tokenizer_processing_class_and_custom_resume(tmp_path):
+    """Samples of different lengths padded by its DataCollatorForSeq2Seq: the same numbers; the tokenizer and the
+    processing class (an image processor) saved with the model, as by its Trainer; resume_from_custom_func
+    called once with the model."""
+    argv = BASE_ARGS + ["--padded", "true", "--custom_resume", "true"]
+    theirs = run_script(tmp_path, "theirs", False, argv)
+    ours = run_script(tmp_path, "ours", True, argv)
+    compare(read_logs(theirs), read_logs(ours), "padded")
+    assert read_logs(ours)["hooks"] == read_logs(theirs)["hooks"] == [["resume_from_custom_func", "LlamaForCausalLM"]]
+    for name in ("tokenizer_config.json", "preprocessor_config.json"):
+        assert os.path.exists(os.path.join(theirs, name)) and os.path.exists(os.path.join(ours, name)), name
+
+
+def test_on_save_hf_fires_when_paddleformers_does_and_what_it_saved_loads(tmp_path):
+    import numpy as np
+    from paddleformers.transformers import LlamaForCausalLM
+
+    argv = [a for a in BASE_ARGS] + ["--save_hf_steps", "3", "--save_steps", "1000"]
+    argv[argv.index("--save_strategy") + 1] = "steps"
+    theirs = run_script(tmp_path, "theirs", False, argv)
+    ours = run_script(tmp_path, "ours", True, argv)
+    assert read_logs(ours)["hooks"] == read_logs(theirs)["hooks"] == [["on_save_hf", 3], ["on_save_hf", 6]]
+    assert sorted(d for d in os.listdir(ours) if d.startswith("hf_checkpoint")) == \
+        sorted(d for d in os.listdir(theirs) if d.startswith("hf_checkpoint")) == ["hf_checkpoint-3", "hf_checkpoint-6"]
+    # the last hf checkpoint and save_model's output_dir hold the same trained weights, and from_pretrained loads both
+    last, final = (LlamaForCausalLM.from_pretrained(os.path.join(ours, d)) for d in ("hf_checkpoint-6", "."))
+    for (name, a), b in zip(last.state_dict().items(), final.state_dict().values()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    first = LlamaForCausalLM.from_pretrained(os.path.join(ours, "hf_checkpoint-3"))
+    assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first.parameters(), last.parameters()))
+
+
+def test_its_model_defaults_train_on_cpu(tmp_path, caplog):
+    """A PaddleFormers Llama with its config's defaults (fuse_rms_norm=True: a GPU kernel) fails at the first step
+    under its own Trainer on CPU; ours turns the fused norm off, says so once, and trains."""
+    import paddle
+    from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer import Trainer
+
+    paddle.seed(1)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64))
+    x = paddle.randint(0, 64, [2, 8])
+    with pytest.raises(RuntimeError, match="fused_rms_norm_ext"):
+        model(input_ids=x, labels=x)
+    data = [{"input_ids": row, "labels": row} for row in paddle.randint(0, 64, [8, 8]).numpy()]
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        trainer = Trainer(model=model, args=_their_args(tmp_path, max_steps=2, save_strategy="no"), train_dataset=data)
+    assert sum("fuse_rms_norm" in r.getMessage() for r in caplog.records) == 1
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0
