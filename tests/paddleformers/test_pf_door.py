@@ -138,3 +138,13 @@ def test_its_model_defaults_train_on_cpu(tmp_path, caplog):
     assert sum("fuse_rms_norm" in r.getMessage() for r in caplog.records) == 1
     out = trainer.train()
     assert out.global_step == 2 and out.training_loss > 0
+
+
+def test_a_layout_this_build_cannot_run_is_refused_in_one_line_with_its_name(tmp_path):
+    """tensor_model_parallel_size=2 on two CPU processes: our refusal (tensor parallel needs a GPU), before anything
+    is launched into the model, naming the field as the script set it."""
+    with pytest.raises(AssertionError) as failed:
+        run_script(tmp_path, "ours", True, BASE_ARGS + ["--sharding=", "--tensor_model_parallel_size", "2"], nproc=2)
+    refusal = [line for line in str(failed.value).splitlines() if "ConfigError" in line]
+    assert refusal and "tensor_model_parallel_size=2 needs a GPU" in refusal[-1], str(failed.value)[-3000:]
+    assert "tensor_parallel_degree" not in refusal[-1]
