@@ -118,9 +118,10 @@ def test_on_save_hf_fires_when_paddleformers_does_and_what_it_saved_loads(tmp_pa
     assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first.parameters(), last.parameters()))
 
 
-def test_its_model_defaults_train_on_cpu(tmp_path, caplog):
+def test_its_model_defaults_train_on_cpu_with_recompute(tmp_path, caplog):
     """A PaddleFormers Llama with its config's defaults (fuse_rms_norm=True: a GPU kernel) fails at the first step
-    under its own Trainer on CPU; ours turns the fused norm off, says so once, and trains."""
+    under its own Trainer on CPU; ours turns the fused norm off, says so once, and trains, recomputing its blocks
+    as recompute_granularity asks."""
     import paddle
     from paddleformers.transformers import LlamaConfig, LlamaForCausalLM
 
@@ -134,7 +135,21 @@ def test_its_model_defaults_train_on_cpu(tmp_path, caplog):
         model(input_ids=x, labels=x)
     data = [{"input_ids": row, "labels": row} for row in paddle.randint(0, 64, [8, 8]).numpy()]
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        trainer = Trainer(model=model, args=_their_args(tmp_path, max_steps=2, save_strategy="no"), train_dataset=data)
+        trainer = Trainer(model=model, args=_their_args(tmp_path, max_steps=2, save_strategy="no",
+                                                        recompute_granularity="full"), train_dataset=data)
     assert sum("fuse_rms_norm" in r.getMessage() for r in caplog.records) == 1
     out = trainer.train()
     assert out.global_step == 2 and out.training_loss > 0
+    # recompute_granularity: its decoder layers run under recompute (its Llama has no enable_recompute switch)
+    assert [type(layer).__name__ for layer in model.sublayers() if getattr(layer, "_trainer_recompute", False)] == \
+        ["LlamaDecoderLayer", "LlamaDecoderLayer"]
+
+
+def test_a_layout_this_build_cannot_run_is_refused_in_one_line_with_its_name(tmp_path):
+    """tensor_model_parallel_size=2 on two CPU processes: our refusal (tensor parallel needs a GPU), before anything
+    is launched into the model, naming the field as the script set it."""
+    with pytest.raises(AssertionError) as failed:
+        run_script(tmp_path, "ours", True, BASE_ARGS + ["--sharding=", "--tensor_model_parallel_size", "2"], nproc=2)
+    refusal = [line for line in str(failed.value).splitlines() if "ConfigError" in line]
+    assert refusal and "tensor_model_parallel_size=2 needs a GPU" in refusal[-1], str(failed.value)[-3000:]
+    assert "tensor_parallel_degree" not in refusal[-1]

@@ -1,6 +1,6 @@
 """PaddleFormers' numbers: tests/paddleformers/scripts/pf_finetune.py (a PaddleFormers 1.2 fine-tuning
 script: a tiny random Llama or ERNIE 4.5, full or LoRA, warmup, weight decay, clipping; once with a cosine
-schedule down to ``min_lr`` and dropout over two epochs) runs under
+schedule down to ``min_lr`` and dropout over two epochs, once with recompute) runs under
 PaddleFormers' Trainer and, with only its ``Trainer`` import changed, under ours, in subprocesses: on one
 process, and on two under ``paddle.distributed.launch`` (plain data parallel, ``sharding=""``, and sharding
 stage 1 where PaddleFormers' own Trainer runs on CPU: ``split_param`` off, no clipping). Every record its
@@ -28,7 +28,7 @@ MODES = {"full": ["--lora", "false"], "lora": ["--lora", "true"]}
 LAYOUTS = {"one": (1, []), "dp": (2, ["--sharding="]),
            # PaddleFormers' stage 1 on CPU: split_param needs amp_master_grad, its clipping hits '_inner_opt'
            "stage1": (2, ["--sharding", "stage1", "--split_param", "false", "--max_grad_norm", "0"])}
-CASES = [("llama", "full", "one", []), ("llama", "lora", "one", []),
+CASES = [("llama", "full", "one", []), ("llama", "lora", "one", ["--recompute_granularity", "full"]),
          ("ernie4_5", "full", "one", ["--lr_scheduler_type", "cosine", "--min_lr", "5e-4", "--dropout", "0.1", "--samples", "16"]), ("ernie4_5", "lora", "one", []),
          ("llama", "full", "dp", []), ("ernie4_5", "lora", "dp", []),
          ("ernie4_5", "full", "stage1", []), ("llama", "lora", "stage1", [])]

@@ -35,10 +35,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from typing import Any
 
 from ..args import REPORTERS, TRACKERS, TrainingArguments
 from ..args.fields_table import FIELDS as PADDLENLP_FIELDS
+from ..errors import ConfigError
 
 logger = logging.getLogger("trainer")
 
@@ -133,7 +135,15 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
     if dropped:
         logger.warning("these %s TrainingArguments have no counterpart here and are ignored: %s (see %s)",
                        origin, ", ".join(_describe(pargs, n) for n in dropped), guide)
-    return TrainingArguments(**values)
+    try:
+        return TrainingArguments(**values)
+    except ConfigError as exc:  # a refusal names their fields, as the script set them
+        if not renamed:
+            raise
+        message = str(exc)
+        for theirs, name in renamed.items():
+            message = re.sub(rf"\b{name}\b", theirs, message)
+        raise type(exc)(message) from None
 
 
 def _describe(pargs, name: str) -> str:
