@@ -57,9 +57,10 @@ def test_a_subclass_of_its_arguments_comes_through_field_by_field(tmp_path, capl
     warned = [r.getMessage() for r in caplog.records if "no counterpart" in r.getMessage()]
     assert len(warned) == 1, warned  # one warning, naming each set field without an effect here, and only those
     assert "paddleformers TrainingArguments" in warned[0]
-    assert "max_seq_len=64" in warned[0] and "recompute_method='uniform'" in warned[0]
+    assert "max_seq_len=64" in warned[0]  # a field of the subclass that no table names
     assert "migrate-paddleformers.md" in warned[0]
-    for quiet in ("context_parallel_size", "amp_master_grad", "recompute_granularity", "save_hf_steps"):
+    for quiet in ("context_parallel_size", "amp_master_grad", "recompute_granularity", "save_hf_steps",
+                  "recompute_method"):  # the model config's (script): left alone, as under PaddleFormers
         assert quiet not in warned[0]
 
 
@@ -153,3 +154,36 @@ def test_a_layout_this_build_cannot_run_is_refused_in_one_line_with_its_name(tmp
     refusal = [line for line in str(failed.value).splitlines() if "ConfigError" in line]
     assert refusal and "tensor_model_parallel_size=2 needs a GPU" in refusal[-1], str(failed.value)[-3000:]
     assert "tensor_parallel_degree" not in refusal[-1]
+
+
+@pytest.mark.parametrize("field, value", [("sequence_parallel", True), ("context_parallel_size", 2),
+                                          ("use_lowprecision_moment", True), ("expert_model_parallel_size", 2)])
+def test_a_refused_field_set_stops_at_the_door_in_one_line_naming_it_and_why(tmp_path, field, value):
+    """The table's ``refused`` rows: honoured neither here nor silently dropped (another run's numbers)."""
+    from trainer import Trainer
+    from trainer.args.paddleformers_fields import FIELDS
+    from trainer.errors import ConfigError
+
+    args = _their_args(tmp_path)
+    setattr(args, field, value)  # as a script sets it after construction (its __post_init__ checks some on GPU only)
+    with pytest.raises(ConfigError) as info:
+        Trainer(model=_tiny_llama(), args=args)
+    message = str(info.value)
+    assert "\n" not in message and f"{field}={value!r}" in message and FIELDS[field][1] in message
+    setattr(args, field, 1 if field.endswith("_size") else False)  # off: the door lets it through
+    assert Trainer(model=_tiny_llama(), args=args).args.tensor_parallel_degree in (-1, 1)
+
+
+def test_its_switches_and_find_unused_parameters_are_carried_where_their_layout_runs(tmp_path):
+    from trainer.compat.args_convert import convert_args
+
+    args = _their_args(tmp_path, sharding="stage1", stage1_overlap=True, ddp_find_unused_parameters=True,
+                       mp_async_allreduce=True)
+    args.sharding = ["stage1"]  # what its __post_init__ leaves on two processes
+    ours = convert_args(args, "paddleformers")
+    assert {"enable_stage1_overlap", "split_param"} <= set(ours.sharding_parallel_config.split())
+    assert ours.find_unused_parameters is True
+    assert ours.tensor_parallel_config == ""  # no tensor parallel in this run: its switch is not read, as there
+    args.sharding, args.stage1_overlap, args.ddp_find_unused_parameters = [], False, None
+    ours = convert_args(args, "paddleformers")
+    assert ours.sharding_parallel_config == "" and ours.find_unused_parameters is False

@@ -19,10 +19,14 @@ migration table: for every field of their dataclass, how it maps here. Kinds:
 A field of a subclass (``CompressionArguments``' own) that has no counterpart
 here is named in one warning too.
 
-PaddleFormers renamed PaddleNLP's parallel fields (``RENAMED``: ``tensor_model_parallel_size`` ->
-``tensor_parallel_degree``...) and replaced the ``recompute`` switch by ``recompute_granularity`` (any value
-turns ours on; ``recompute_method``/``recompute_num_layers``/``recompute_modules`` are warned about: ours
-recomputes every block, through the model's own ``enable_recompute`` switch as its Trainer does).
+PaddleFormers' table (``trainer.args.paddleformers_fields``) has three kinds more: ``recipe`` (read from its
+arguments by its recipe or the callback adapter: never carried, never warned), ``script`` (read by the script or
+the model's config, under PaddleFormers too: left alone) and ``refused`` (a set value is refused in one line naming
+the field and why, before anything is built). It renamed PaddleNLP's parallel fields (``RENAMED``:
+``tensor_model_parallel_size`` -> ``tensor_parallel_degree``...), replaced the ``recompute`` switch by
+``recompute_granularity`` (any value turns ours on; ``recompute_method``/``recompute_num_layers``/
+``recompute_modules`` are the model config's, ``script``), and spells PaddleNLP's ``*_parallel_config`` words as
+switches (``SWITCHES``: each adds its word where its layout runs).
 Its ``sharding`` after its ``__post_init__`` is what it runs: ``[]`` on one process, ``stage1`` by default on
 several; carried as it is, so a converted run shards as PaddleFormers' would.
 
@@ -52,24 +56,35 @@ RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
 _RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
 
 
-# PaddleFormers' fields read from its arguments themselves, by its recipe (trainer.compat.paddleformers_recipe) or the
-# callback adapter (save_hf_steps, save_checkpoint_format: trainer.compat.paddlenlp_callbacks; our checkpoints are
-# always unified safetensors): they act, unwarned
-PF_READ_FIELDS = ("min_lr", "freeze_training", "dataloader_shuffle", "save_hf_steps", "save_checkpoint_format")
-
-# PaddleFormers' recompute fields: recompute_granularity switches ours on; these change what is recomputed there,
-# not here (ours recomputes every block, or recompute_modules)
-# (its recompute_modules names kinds of submodule, "mlp", "core_attn"; ours names sublayers by path or class)
-PF_RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules")
-
-
 def _tables(origin: str):
     """(FIELDS, RENAMED, guide) of ``origin``'s migration table."""
     if origin == "paddleformers":
-        from ..args.paddleformers_fields import FIELDS, RENAMED
+        from ..args.paddleformers_fields import FIELDS, LLM_META, RENAMED
 
-        return FIELDS, RENAMED, "docs/how-to/migrate-paddleformers.md"
+        return {**{name: ("script", "") for name in LLM_META}, **FIELDS}, RENAMED, "docs/how-to/migrate-paddleformers.md"
     return PADDLENLP_FIELDS, {}, "docs/how-to/migrate-paddlenlp.md"
+
+
+def _is_refused(name: str, value, f: dataclasses.Field) -> bool:
+    """A ``refused`` row's value that cannot be honoured: for a ``*_size`` degree, anything but -1 and 1 (off);
+    otherwise anything but the declared default."""
+    if name.endswith("_size"):
+        return value not in (None, -1, 0, 1)
+    return f.default is not dataclasses.MISSING and _plain(value) != _plain(f.default)
+
+
+def _switch_words(pargs, values: dict) -> None:
+    """PaddleFormers' switches (``SWITCHES``) as words of our ``*_parallel_config`` strings, for the layouts the run
+    has (PaddleFormers reads each only where its layout runs; so do we)."""
+    from ..args.paddleformers_fields import SWITCHES
+
+    active = {"sharding_parallel_config": any(s in str(values.get("sharding") or "") for s in ("stage1", "stage2")),
+              "tensor_parallel_config": int(values.get("tensor_parallel_degree") or 1) > 1,
+              "pipeline_parallel_config": int(values.get("pipeline_parallel_degree") or 1) > 1}
+    for name, (field_name, word, when) in SWITCHES.items():
+        if active[field_name] and hasattr(pargs, name) and bool(getattr(pargs, name)) == when:
+            words = str(values.get(field_name) or "").split()
+            values[field_name] = " ".join(words + [word] * (word not in words))
 
 
 def convert_args(pargs: Any, origin: str = "paddlenlp"):
@@ -78,8 +93,11 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
     fields, renamed, guide = _tables(origin)
     ours = set(TrainingArguments.field_names())
     values: dict = {}
-    dropped = []
+    dropped, refused = [], []
     reference = _reference(pargs)
+    switches = ()
+    if origin == "paddleformers":
+        from ..args.paddleformers_fields import SWITCHES as switches
     for f in dataclasses.fields(pargs):
         if not f.init:
             continue
@@ -87,8 +105,12 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
         kind = fields.get(name, ("unsupported", f"not a {origin} TrainingArguments field"))[0]
         if name == "local_rank":
             continue  # ours reads the launcher's environment itself
-        if name in RECIPE_FIELDS or (origin == "paddleformers" and name in PF_READ_FIELDS):
-            continue  # read from their arguments by their recipe (trainer.compat.paddlenlp_recipe)
+        if name in RECIPE_FIELDS or kind in ("recipe", "script"):
+            continue  # read from their arguments by their recipe or callback adapter, or by the script: never warned
+        if kind == "refused":
+            if _is_refused(name, value, f):
+                refused.append(name)
+            continue
         if name in renamed:
             if renamed[name] in ours and int(value or -1) > 1:  # their -1/1 = off: ours keeps its own default
                 values[renamed[name]] = int(value)
@@ -96,14 +118,13 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
                 dropped.append(name)
             continue
         if origin == "paddleformers" and name == "recompute_granularity":
-            values["recompute"] = value is not None
+            values["recompute"] = value is not None  # its Trainer switches every sublayer's recompute on
             continue
-        if origin == "paddleformers" and name == "split_param":
-            continue  # carried below, as a word of sharding_parallel_config (PaddleNLP's spelling, and ours)
-        if origin == "paddleformers" and name in PF_RECOMPUTE_DETAIL:
-            if value is not None:
-                dropped.append(name)
+        if origin == "paddleformers" and name == "ddp_find_unused_parameters":
+            values["find_unused_parameters"] = bool(value)
             continue
+        if origin == "paddleformers" and name in switches:
+            continue  # carried below, as a word of our *_parallel_config (PaddleNLP's spelling, and ours)
         if kind in ("same", "default", "renamed") and name in ours and name != "logging_dir":
             values[name] = _plain(value)
         elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
@@ -114,9 +135,11 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
     for f in dataclasses.fields(TrainingArguments):  # their __post_init__ splits some strings into lists (PaddleFormers'
         if isinstance(values.get(f.name), list) and isinstance(f.default, str):  # unified_checkpoint_config)
             values[f.name] = " ".join(str(v) for v in values[f.name] if v)
-    if origin == "paddleformers" and getattr(pargs, "split_param", False) and "stage1" in str(values.get("sharding")):
-        words = str(values.get("sharding_parallel_config") or "").split()
-        values["sharding_parallel_config"] = " ".join(words + ["split_param"] * ("split_param" not in words))
+    if refused:
+        raise ConfigError("; ".join(f"{_describe(pargs, n)}: {fields[n][1]}" for n in refused) +
+                          f" (leave {'it' if len(refused) == 1 else 'them'} unset; {guide})")
+    if origin == "paddleformers":
+        _switch_words(pargs, values)
     # PaddleNLP's device default is gpu even without one: gpu here means "the GPU when there is one"
     values["device"] = "cpu" if values.get("device") == "cpu" else "auto"
     report_to = values.get("report_to")
