@@ -5,8 +5,8 @@ Owns:
 
 - ``door``: ``Trainer(...)``'s PaddleNLP and PaddleFormers keywords and objects, at construction;
 - ``args_convert``: paddlenlp (or paddleformers) ``TrainingArguments`` -> ours (by the migration tables,
-  ``trainer.args.fields_table`` and ``trainer.args.paddleformers_fields``); ``table``: that table as Markdown
-  (``python -m trainer.compat.table``);
+  ``trainer.args.fields_table`` and ``trainer.args.paddleformers_fields``); ``table``: those tables as Markdown
+  (``python -m trainer.compat.table [paddleformers]``);
 - ``outputs``: ``TrainOutput``, ``PredictionOutput``, ``EvalPrediction``
   (named tuples);
 - ``api``: ``train``, ``save_model``, ``log_metrics``, ``save_metrics``,
@@ -27,11 +27,11 @@ extends), ``trainer.loss`` (``train()``'s loss summed on the device), ``trainer.
 the adapters are callbacks). Never the loop itself or models.
 
 Used by: ``trainer.trainer`` (``door``, ``api``), ``trainer.evaluation`` and
-``trainer`` (``outputs``' named tuples) and PaddleNLP users' scripts.
+``trainer`` (``outputs'`` named tuples) and PaddleNLP and PaddleFormers users' scripts (``trainer.sft`` reaches it through ``Trainer``).
 
-The training loop never sees a PaddleNLP name. Nothing here imports paddlenlp
+The training loop never sees a PaddleNLP or PaddleFormers name. Nothing here imports paddlenlp
 (or paddleformers) until such an object is given. Guides: docs/how-to/migrate-paddlenlp.md,
-docs/how-to/migrate-hapi.md.
+docs/how-to/migrate-paddleformers.md, docs/how-to/migrate-hapi.md.
 """
 
 from .outputs import EvalPrediction, PredictionOutput, TrainOutput

@@ -5,7 +5,7 @@ Owns: ``sft_trainer`` (``SFTTrainer``: a ``trainer.Trainer`` that takes the argu
 the datasets formatted, tokenized and labelled, ``Seq2Seq`` collation by default, ``ppl`` in the
 log records, arg-max predictions in evaluation) and ``workflow`` (``paddleformers-cli train
 CONFIG.yaml``'s SFT run, PaddleFormers' own ``run_sft``, with this ``SFTTrainer`` in its place:
-``python -m trainer.sft CONFIG.yaml``).
+``python -m trainer.sft train CONFIG.yaml``).
 
 A PaddleFormers script changes one line::
 
