@@ -27,7 +27,8 @@ extends), ``trainer.loss`` (``train()``'s loss summed on the device), ``trainer.
 the adapters are callbacks). Never the loop itself or models.
 
 Used by: ``trainer.trainer`` (``door``, ``api``), ``trainer.evaluation`` and
-``trainer`` (``outputs'`` named tuples) and PaddleNLP and PaddleFormers users' scripts (``trainer.sft`` reaches it through ``Trainer``).
+``trainer`` (``outputs``' named tuples) and PaddleNLP and PaddleFormers users' scripts (``trainer.sft``
+reaches it through ``Trainer``).
 
 The training loop never sees a PaddleNLP or PaddleFormers name. Nothing here imports paddlenlp
 (or paddleformers) until such an object is given. Guides: docs/how-to/migrate-paddlenlp.md,
