@@ -31,6 +31,7 @@ import math
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import paddle
 
 from . import distributed as dist
@@ -97,7 +98,22 @@ def run_inference(trainer, dataset, begin: Optional[Event], end: Optional[Event]
     labels = dist.gather_nested(local_labels, PADDING_INDEX) if all_labels else None
     count = int(dist.reduce_scalars([count], op="sum")[0])
     total = dist.all_reduce_sum(loss_sum) if has_loss else None
-    return InferenceOutput(to_numpy(preds), to_numpy(labels), float(total) if total is not None else None, count)
+    preds, labels = to_numpy(preds), to_numpy(labels)
+    order = getattr(loader, "eval_order", None)  # a recipe's interleaved shards (trainer.data.InterleavedEvalSampler)
+    if order is not None:
+        preds, labels = _in_dataset_order(preds, order), _in_dataset_order(labels, order)
+    return InferenceOutput(preds, labels, float(total) if total is not None else None, count)
+
+
+def _in_dataset_order(gathered, order):
+    """Outputs gathered in rank order put back in dataset order (``order[i]``: the dataset index of row ``i``)."""
+    def restore(array):
+        if getattr(array, "shape", None) is None or array.shape[:1] != order.shape:
+            return array
+        out = np.empty_like(array)
+        out[order] = array
+        return out
+    return _map(restore)(gathered)
 
 
 class _HostParts:

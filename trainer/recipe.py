@@ -41,6 +41,9 @@ class Recipe:
         """How an IterableDataset is dealt to the ranks: 1, sample by sample (``trainer.data.iterable``)."""
         return 1
 
+    #: the evaluation sampler's class (None: ``trainer.data.ShardedEvalSampler``, contiguous shards)
+    eval_sampler = None
+
     def decay_names(self, model, params: Iterable) -> set[str]:
         """Weight decay on parameters with 2+ dims (matrices, embeddings, kernels), never biases and norm weights."""
         return {p.name for p in params if p.ndim >= 2}

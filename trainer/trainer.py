@@ -204,7 +204,7 @@ class Trainer(PaddleNLPAPI):
             return self._eval_loaders[id(dataset)][1]
         # the ranks of one tensor/pipeline-parallel group read the same batches
         loader = eval_loader(dataset, collate_for(self.model, self.args, self.collate_fn), self.args,
-                             self.layout.data_world_size, self.layout.data_rank, persistent)
+                             self.layout.data_world_size, self.layout.data_rank, persistent, self.recipe.eval_sampler)
         if persistent:
             self._eval_loaders[id(dataset)] = (dataset, loader)
         return loader

@@ -187,3 +187,42 @@ def test_its_switches_and_find_unused_parameters_are_carried_where_their_layout_
     args.sharding, args.stage1_overlap, args.ddp_find_unused_parameters = [], False, None
     ours = convert_args(args, "paddleformers")
     assert ours.sharding_parallel_config == "" and ours.find_unused_parameters is False
+
+
+def test_refusals_and_warnings_speak_paddleformers(tmp_path, caplog, monkeypatch):
+    """What a PaddleFormers script set is what a refusal or the one warning names: its switch (split_param), not our
+    sharding_parallel_config; amp_master_grad (its default True) under O1 is what PaddleFormers makes of it, nothing;
+    fields without an effect named once, with why, in the one paddleformers warning (none calls them PaddleNLP's)."""
+    from trainer.args import paddlenlp_fields
+    from trainer.compat.args_convert import convert_args
+    from trainer.errors import ConfigError
+
+    o1 = _their_args(tmp_path, bf16=True)
+    o1.amp_master_grad = True  # PaddleFormers accepts it with bf16 at its default fp16_opt_level O1
+    assert convert_args(o1, "paddleformers").amp_master_grad is False
+    quiet = _their_args(tmp_path, save_on_each_node=True, log_on_each_node=False, release_grads=True)
+    paddlenlp_fields._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        convert_args(quiet, "paddleformers")
+    warned = [r.getMessage() for r in caplog.records if "save_on_each_node" in r.getMessage()]
+    assert len(warned) == 1 and "paddleformers TrainingArguments" in warned[0] and "PaddleNLP" not in warned[0]
+    assert all(f in warned[0] for f in ("log_on_each_node=False", "release_grads=True"))
+    split = _their_args(tmp_path)
+    split.sharding, split.split_param = ["stage1"], True  # its stage1 on two processes, split_param its default
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    with pytest.raises(ConfigError) as info:
+        convert_args(split, "paddleformers")
+    assert "split_param=True needs a GPU" in str(info.value) and "set split_param=False" in str(info.value)
+    assert "sharding_parallel_config" not in str(info.value)
+
+
+def test_two_processes_evaluate_its_batches_and_give_predictions_in_dataset_order(tmp_path):
+    """Evaluation on 2 processes reads PaddleFormers' batches (samples dealt to the ranks in turn): eval_loss, a mean
+    of batch means, is its own when the samples' label counts differ; predict() gives rows in dataset order."""
+    argv = BASE_ARGS + ["--eval_ragged", "true", "--evaluation_strategy", "steps", "--eval_steps", "3",
+                        "--per_device_eval_batch_size", "2", "--sharding", ""]
+    theirs = run_script(tmp_path, "theirs", False, argv, nproc=2)
+    ours = run_script(tmp_path, "ours", True, argv, nproc=2)
+    compare(read_logs(theirs), read_logs(ours), "eval on 2 processes")
+    assert sum("eval_loss" in r for r in read_logs(ours)["logs"]) == 2
+    assert read_logs(ours)["labels_in_order"] is True

@@ -25,7 +25,7 @@ Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with three more:
 - ``unsupported``: likewise, for a feature this project does not have;
 - ``refused``: a value other than PaddleFormers' default (for a ``*_size`` field: other than -1 and 1, which mean
   off) cannot be honoured and would change the numbers or crash later: the door refuses it in one line
-  (``ConfigError``, exit 2) naming the field, before anything is built.
+  (``ConfigError`` naming the field; exit 2 under ``ptrain launch``), before anything is built.
 
 Counts (paddleformers 1.2.0, 236 fields): has its effect 110 (same 48, renamed 23, default 14, recipe 8,
 script 17), warned when set 118 (ignored 27, unsupported 91), refused 8 (``tests/paddleformers/test_pf_fields.py`` checks them).

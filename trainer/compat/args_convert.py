@@ -125,10 +125,13 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
             continue
         if origin == "paddleformers" and name in switches:
             continue  # carried below, as a word of our *_parallel_config (PaddleNLP's spelling, and ours)
+        if origin == "paddleformers" and name == "amp_master_grad":  # its default, True, means something with O2 only
+            values[name] = bool(value) and pargs.fp16_opt_level == "O2" and bool(pargs.bf16 or pargs.fp16)
+            continue
         if kind in ("same", "default", "renamed") and name in ours and name != "logging_dir":
             values[name] = _plain(value)
-        elif name in ours:  # a field without an effect here: carried when set (ours then names it in a warning)
-            if _is_set(f, value, reference):
+        elif name in ours and origin == "paddlenlp":  # PaddleNLP's field without an effect here: carried when set
+            if _is_set(f, value, reference):           # (ours then names it in its warning, as for our own arguments)
                 values[name] = _plain(value)
         elif _is_set(f, value, reference):
             dropped.append(name)
@@ -156,17 +159,40 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
     if values.get("disable_tqdm") is None:
         values["disable_tqdm"] = False
     if dropped:
-        logger.warning("these %s TrainingArguments have no counterpart here and are ignored: %s (see %s)",
-                       origin, ", ".join(_describe(pargs, n) for n in dropped), guide)
+        notes = {n: fields[n][1] for n in dropped if origin == "paddleformers" and n in fields and fields[n][1]}
+        logger.warning("these %s TrainingArguments have no counterpart here and are ignored: %s (see %s)", origin,
+                       ", ".join(_describe(pargs, n) + (f" ({notes[n]})" if n in notes else "") for n in dropped), guide)
     try:
         return TrainingArguments(**values)
     except ConfigError as exc:  # a refusal names their fields, as the script set them
         if not renamed:
             raise
-        message = str(exc)
-        for theirs, name in renamed.items():
-            message = re.sub(rf"\b{name}\b", theirs, message)
-        raise type(exc)(message) from None
+        raise type(exc)(_in_their_words(str(exc), renamed)) from None
+
+
+def _in_their_words(message: str, renamed: dict) -> str:
+    """A refusal of ours in PaddleFormers' terms: its parallel sizes, and its switches for our ``*_parallel_config``
+    words (``drop split_param from sharding_parallel_config`` -> ``set split_param=False``)."""
+    from ..args.paddleformers_fields import SWITCHES
+
+    words = {word: (name, when) for name, (_, word, when) in SWITCHES.items()}
+
+    def switches(found: list, negate: bool) -> str:
+        return " and ".join(f"{words[w][0]}={words[w][1] != negate}" for w in found)
+
+    def drop(match):
+        found = match.group(1).split(" and ")
+        return "set " + switches(found, True) if all(w in words for w in found) else match.group(0)
+
+    def given(match):
+        found = match.group(2).split()
+        return switches(found, False) if found and all(w in words for w in found) else match.group(0)
+
+    message = re.sub(r"drop (\w+(?: and \w+)*) from \w+_parallel_config", drop, message)
+    message = re.sub(r"\b(\w+_parallel_config)=[\"']([^\"']*)[\"']", given, message)
+    for theirs, name in renamed.items():
+        message = re.sub(rf"\b{name}\b", theirs, message)
+    return message
 
 
 def _describe(pargs, name: str) -> str:

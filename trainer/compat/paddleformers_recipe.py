@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from ..data import ResumableDistributedBatchSampler
+from ..data import InterleavedEvalSampler, ResumableDistributedBatchSampler
 from .paddlenlp_recipe import PaddleNLPRecipe
 
 
@@ -74,6 +74,10 @@ class PaddleFormersOrder(ResumableDistributedBatchSampler):
 
 class PaddleFormersRecipe(PaddleNLPRecipe):
     """PaddleFormers 1.2's Trainer's choices, read from the paddleformers ``TrainingArguments`` given."""
+
+    # evaluation on several processes: samples dealt to the ranks in turn, as its MappingDistributedBatchSampler (the
+    # batches, so a batch-mean eval_loss, are its own)
+    eval_sampler = InterleavedEvalSampler
 
     name = "paddleformers"
 

@@ -27,7 +27,7 @@ KIND_WORDS = {"same": "same", "default": "different default", "renamed": "rename
               "script": "read by the script or model (as under PaddleFormers)",
               "ignored": "accepted, **no effect** (a set value warns)",
               "unsupported": "accepted, **no effect**: not supported (a set value warns)",
-              "refused": "**refused** when set (one line, exit 2)"}
+              "refused": "**refused** when set (a `ConfigError` naming it)"}
 
 #: paddleformers' version whose defaults are stored below
 PADDLEFORMERS_VERSION = "1.2.0"

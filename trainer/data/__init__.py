@@ -25,8 +25,8 @@ and ``trainer.parallel.pipeline`` (a batch's size), ``trainer.checkpoint.resume`
 """
 
 from .loader import InProcessLoader, SeededDataset, close_iterator, dataset_length, make_loader, shutdown_workers
-from .samplers import ResumableDistributedBatchSampler, ShardedEvalSampler
+from .samplers import InterleavedEvalSampler, ResumableDistributedBatchSampler, ShardedEvalSampler
 from .worker_batches import abandon_iterator
 
-__all__ = ["InProcessLoader", "ResumableDistributedBatchSampler", "SeededDataset", "ShardedEvalSampler",
+__all__ = ["InProcessLoader", "InterleavedEvalSampler", "ResumableDistributedBatchSampler", "SeededDataset", "ShardedEvalSampler",
            "abandon_iterator", "close_iterator", "dataset_length", "make_loader", "shutdown_workers"]

@@ -292,15 +292,20 @@ def train_loader(trainer, collate_fn, persistent_workers: bool):
     return sampler, seeded, loader
 
 
-def eval_loader(dataset, collate_fn, args, readers: int, rank: int, persistent_workers: bool):
-    """A map-style evaluation set's loader: a contiguous, unpadded shard for each of ``readers`` data ranks."""
+def eval_loader(dataset, collate_fn, args, readers: int, rank: int, persistent_workers: bool, sampler_class=None):
+    """A map-style evaluation set's loader: a contiguous, unpadded shard for each of ``readers`` data ranks (or the
+    recipe's ``sampler_class``, e.g. ``InterleavedEvalSampler``; its ``gathered_order`` rides on the loader as
+    ``eval_order``)."""
     n = dataset_length(dataset, "evaluation")
     if n < readers:
         raise DataError(f"the evaluation dataset has {n} samples, fewer than the {readers} processes: "
                         "give more samples or run with fewer processes")
-    sampler = ShardedEvalSampler(n, args.per_device_eval_batch_size, readers, rank)
-    return make_loader(dataset, sampler, collate_fn, args.dataloader_num_workers, read_ahead=args.dataloader_read_ahead,
-                       persistent_workers=persistent_workers)
+    sampler = (sampler_class or ShardedEvalSampler)(n, args.per_device_eval_batch_size, readers, rank)
+    loader = make_loader(dataset, sampler, collate_fn, args.dataloader_num_workers, read_ahead=args.dataloader_read_ahead,
+                         persistent_workers=persistent_workers)
+    order = getattr(sampler, "gathered_order", None)
+    loader.eval_order = order() if order is not None and readers > 1 else None
+    return loader
 
 
 def epoch_iterator(loader):

@@ -17,7 +17,11 @@ before any of the missing samples is asked for.
 
 ``ShardedEvalSampler`` splits evaluation data into contiguous, unpadded shards
 so that no sample is counted twice and none is dropped; gathering the shards in
-rank order restores the dataset order.
+rank order restores the dataset order. ``InterleavedEvalSampler`` deals samples
+to the ranks in turn (rank ``r`` reads ``r, r + k, ...``), PaddleFormers' order
+for evaluation, so its batches (and a batch-mean ``eval_loss``) are the same; its
+``gathered_order()`` says where each gathered sample comes from, so the gathered
+outputs are put back in dataset order.
 """
 
 from __future__ import annotations
@@ -142,3 +146,24 @@ class ShardedEvalSampler(BatchSampler):
     def __len__(self) -> int:
         return int(math.ceil((self.stop - self.start) / self.batch_size))
 
+
+
+class InterleavedEvalSampler(BatchSampler):
+    """Rank ``rank`` of ``num_replicas`` reads samples ``rank, rank + num_replicas, ...``, in batches: PaddleFormers'
+    evaluation order on several processes (its ``MappingDistributedBatchSampler`` without shuffling), every sample
+    read once (PaddleFormers leaves out the last ``len % num_replicas``; here they are read too)."""
+
+    def __init__(self, dataset_len: int, batch_size: int, num_replicas: int = 1, rank: int = 0):
+        self.batch_size, self.dataset_len, self.num_replicas = batch_size, dataset_len, num_replicas
+        self.indices = list(range(rank, dataset_len, num_replicas))
+
+    def __iter__(self) -> Iterator[List[int]]:
+        for i in range(0, len(self.indices), self.batch_size):
+            yield self.indices[i:i + self.batch_size]
+
+    def __len__(self) -> int:
+        return int(math.ceil(len(self.indices) / self.batch_size))
+
+    def gathered_order(self) -> np.ndarray:
+        """The dataset index of each sample of the ranks' outputs gathered in rank order."""
+        return np.concatenate([np.arange(r, self.dataset_len, self.num_replicas) for r in range(self.num_replicas)])

@@ -278,7 +278,11 @@ def _config_read_in_python(model: paddle.nn.Layer) -> None:
     config = getattr(model, "config", None)
     if config is None or type(config).__module__ == "builtins":
         return
-    modules = {sys.modules.get(c.__module__) for c in type(config).__mro__ if c.__module__ != "builtins"}
+    # never a module that holds a layer of the model (a config class beside its model, as models/ernie's tensor-parallel
+    # one: ignoring that module would leave the forward unconverted)
+    layers = {c.__module__ for layer in model.sublayers(include_self=True) for c in type(layer).__mro__}
+    modules = {sys.modules.get(c.__module__) for c in type(config).__mro__
+               if c.__module__ != "builtins" and c.__module__ not in layers}
     paddle.jit.ignore_module([m for m in modules if m is not None])
 
 

@@ -32,6 +32,8 @@ class ScriptArguments:
                                                           "processor as processing_class (saved with the model)"})
     resume_from: str = field(default=None, metadata={"help": "train(resume_from_checkpoint=...)"})
     custom_resume: bool = field(default=False, metadata={"help": "a resume_from_custom_func that records its call"})
+    eval_ragged: bool = field(default=False, metadata={"help": "an evaluation set of 10 samples whose labels are "
+                                                                "-100 after a varying position; predict() on it"})
 
 
 VOCAB = 64
@@ -98,6 +100,18 @@ class Ragged(Tokens):
         return {"input_ids": ids, "labels": ids}
 
 
+class RaggedLabels(Tokens):
+    """Full-length inputs whose labels stop (-100) after 3..seq_len tokens: batches of different label counts."""
+
+    def __init__(self, n: int, seq_len: int, seed: int = 5):
+        super().__init__(n, seq_len, seed)
+        keep = np.random.RandomState(seed + 1).randint(3, seq_len + 1, n)
+        self.labels = np.where(np.arange(seq_len)[None, :] < keep[:, None], self.x, -100).astype("int64")
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.labels[i]}
+
+
 class Record(TrainerCallback):
     """Every log record, and the hooks called, in order."""
 
@@ -136,14 +150,20 @@ def main():
     if sargs.custom_resume:
         extra["resume_from_custom_func"] = lambda m: record.hooks.append(("resume_from_custom_func", type(m).__name__))
     data = (Ragged if sargs.padded else Tokens)(sargs.samples, sargs.seq_len)
+    if sargs.eval_ragged:
+        extra["eval_dataset"] = RaggedLabels(10, sargs.seq_len)
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[record], **extra)
     out = trainer.train(resume_from_checkpoint=sargs.resume_from)
+    predicted = {}
+    if sargs.eval_ragged:
+        labels = trainer.predict(extra["eval_dataset"]).label_ids
+        predicted = {"labels_in_order": bool(np.array_equal(labels, extra["eval_dataset"].labels))}
     trainer.save_model()
     trainer.save_state()
     if trainer.is_world_process_zero():
         with open(os.path.join(args.output_dir, "logs.json"), "w", encoding="utf-8") as f:
             json.dump({"logs": record.logs, "hooks": record.hooks, "global_step": out.global_step,
-                       "training_loss": out.training_loss, "metrics": out.metrics}, f, indent=1)
+                       "training_loss": out.training_loss, "metrics": out.metrics, **predicted}, f, indent=1)
 
 
 if __name__ == "__main__":
