@@ -104,11 +104,13 @@ def test_on_save_hf_fires_when_paddleformers_does_and_what_it_saved_loads(tmp_pa
     import numpy as np
     from paddleformers.transformers import LlamaForCausalLM
 
-    argv = [a for a in BASE_ARGS] + ["--save_hf_steps", "3", "--save_steps", "1000"]
+    argv = [a for a in BASE_ARGS] + ["--save_hf_steps", "3", "--save_steps", "6"]
     argv[argv.index("--save_strategy") + 1] = "steps"
     theirs = run_script(tmp_path, "theirs", False, argv)
     ours = run_script(tmp_path, "ours", True, argv)
-    assert read_logs(ours)["hooks"] == read_logs(theirs)["hooks"] == [["on_save_hf", 3], ["on_save_hf", 6]]
+    assert read_logs(ours)["hooks"] == read_logs(theirs)["hooks"] == [["on_save_hf", 3], ["on_save", 6],
+                                                                      ["on_save_hf", 6]]
+    assert read_logs(ours)["order"] == read_logs(theirs)["order"]  # on_save_hf last in its step, after on_log
     assert sorted(d for d in os.listdir(ours) if d.startswith("hf_checkpoint")) == \
         sorted(d for d in os.listdir(theirs) if d.startswith("hf_checkpoint")) == ["hf_checkpoint-3", "hf_checkpoint-6"]
     # the last hf checkpoint and save_model's output_dir hold the same trained weights, and from_pretrained loads both

@@ -47,9 +47,11 @@ on_save                  ``save_end`` (PaddleFormers: after a record       ``on_
                          ``{"global_save_step": step}`` at a logging step)
 on_train_end             ``fit_end`` (completed or stopped); with         ``on_fit_end``
                          ``train()``, after its summary ``log``
-on_save_hf               (PaddleFormers) after a step whose control has   ``on_step_end``
-                         ``should_save_hf`` (set by a callback, or by
-                         ``save_hf_steps`` with ``save_strategy="steps"``),
+on_save_hf               (PaddleFormers) last in a step whose control     the next
+                         has ``should_save_hf`` (set by a callback, or    ``on_step_begin``,
+                         by ``save_hf_steps`` with                        ``on_epoch_end``,
+                         ``save_strategy="steps"``), after its log,       ``on_fit_end``
+                         evaluation and save,
                          once the model is saved with ``save_pretrained``
                          to ``<output_dir>/hf_checkpoint-<step>``; as
                          PaddleFormers 1.2, only with
@@ -181,6 +183,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         self.call(trainer, "on_epoch_begin")
 
     def on_step_begin(self, trainer):
+        self._save_hf_if_asked(trainer)
         self.call(trainer, "on_step_begin")
 
     def on_backward_end(self, trainer):
@@ -199,9 +202,17 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         save_hf = self._save_hf_due(trainer)
         if save_hf:
             self._control.should_save_hf = True  # PaddleFormers' DefaultFlowCallback, first of its handler's
+        self._hf_step = save_hf is not None  # looked at once the step's log, evaluation and save are done
         self.call(trainer, "on_step_end")
-        # the flag stays up until a save (a callback may raise it at any hook), as in PaddleFormers
-        if save_hf is not None and getattr(self._control, "should_save_hf", False):
+
+    def _save_hf_if_asked(self, trainer):
+        """PaddleFormers saves for ``should_save_hf`` last in a step, after its log, evaluation and save (their
+        hooks fire first): here at the next step's begin, the epoch's end or the run's. The flag stays up until a
+        save (a callback may raise it at any hook), as in PaddleFormers."""
+        if not getattr(self, "_hf_step", False):
+            return
+        self._hf_step = False
+        if getattr(self._control, "should_save_hf", False):
             self._control.should_save_hf = False
             if getattr(self.paddlenlp_args, "save_checkpoint_format", "flex_checkpoint") == "flex_checkpoint":
                 trainer.save_hf_checkpoint()
@@ -219,6 +230,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         return bool(strategy == "steps" and steps > 0 and trainer.state.global_step % steps == 0)
 
     def on_epoch_end(self, trainer):
+        self._save_hf_if_asked(trainer)
         self._epoch_open = False
         self.call(trainer, "on_epoch_end")
 
@@ -267,6 +279,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
     def on_fit_end(self, trainer):
         if trainer.state.status == "failed":
             return  # PaddleNLP calls no hook after an error
+        self._save_hf_if_asked(trainer)
         if self._epoch_open:  # PaddleNLP ends the epoch it leaves early
             self.on_epoch_end(trainer)
         if getattr(trainer, "_in_train_api", False):

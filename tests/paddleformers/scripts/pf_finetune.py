@@ -116,16 +116,19 @@ class Record(TrainerCallback):
     """Every log record, and the hooks called, in order."""
 
     def __init__(self):
-        self.logs, self.hooks = [], []
+        self.logs, self.hooks, self.order = [], [], []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.logs.append({k: v for k, v in (logs or {}).items()})
+        self.order.append(("on_log", state.global_step))
 
     def on_save(self, args, state, control, **kwargs):
         self.hooks.append(("on_save", state.global_step))
+        self.order.append(("on_save", state.global_step))
 
     def on_save_hf(self, args, state, control, **kwargs):
         self.hooks.append(("on_save_hf", state.global_step))
+        self.order.append(("on_save_hf", state.global_step))
 
 
 def main():
@@ -162,7 +165,7 @@ def main():
     trainer.save_state()
     if trainer.is_world_process_zero():
         with open(os.path.join(args.output_dir, "logs.json"), "w", encoding="utf-8") as f:
-            json.dump({"logs": record.logs, "hooks": record.hooks, "global_step": out.global_step,
+            json.dump({"logs": record.logs, "hooks": record.hooks, "order": record.order, "global_step": out.global_step,
                        "training_loss": out.training_loss, "metrics": out.metrics, **predicted}, f, indent=1)
 
 
