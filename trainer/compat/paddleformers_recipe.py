@@ -13,6 +13,9 @@ data order, 1 process  ``MappingBatchSampler``: ``paddle.seed(seed + e)`` then
 data order, N procs    ``MappingDistributedBatchSampler``: the same draw over the
                        first ``n // N * N`` samples (no padding), rank ``r`` takes
                        every ``N``-th from ``r``
+evaluation, N procs    its ``MappingDistributedBatchSampler`` unshuffled: rank ``r``
+                       reads ``r, r + N, ...`` (``InterleavedEvalSampler``; the last
+                       ``n % N`` samples are read too, which it leaves out)
 LR schedule            its ``get_scheduler``, with ``min_lr``
 log record             PaddleNLP's, plus ``cpu_used_memory`` and
                        ``cpu_available_memory`` (GiB, 2 places)
