@@ -170,7 +170,8 @@ def test_the_documented_command_stores_the_installed_defaults(tmp_path):
     from helpers import REPO
     from patience import patience
 
-    shutil.copytree(os.path.join(REPO, "trainer"), tmp_path / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("trainer", "callbacks"):  # callbacks beside it: trainer refuses a callbacks package not its own
+        shutil.copytree(os.path.join(REPO, package), tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     copy = tmp_path / "trainer" / "compat" / "table.py"
     fresh = copy.read_text(encoding="utf-8")
     command = [sys.executable, "-m", "trainer.compat.table", "paddleformers-defaults"]
