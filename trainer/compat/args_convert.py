@@ -44,6 +44,9 @@ from typing import Any
 
 from ..args import REPORTERS, TRACKERS, TrainingArguments
 from ..args.fields_table import FIELDS as PADDLENLP_FIELDS
+from ..args.paddleformers_fields import CARRIED, LLM_META, SWITCHES
+from ..args.paddleformers_fields import FIELDS as PADDLEFORMERS_FIELDS
+from ..args.paddleformers_fields import RENAMED as PADDLEFORMERS_RENAMED
 from ..errors import ConfigError
 
 logger = logging.getLogger("trainer")
@@ -52,16 +55,12 @@ logger = logging.getLogger("trainer")
 # they act on a converted run, so they are neither carried to ours nor warned about
 RECIPE_FIELDS = ("num_cycles", "lr_end", "power")
 
-# the PaddleNLP name -> ours, for renamed fields carried by value
-_RENAMED = {"fp16": "fp16", "bf16": "bf16", "fp16_opt_level": "fp16_opt_level"}
-
 
 def _tables(origin: str):
     """(FIELDS, RENAMED, guide) of ``origin``'s migration table."""
     if origin == "paddleformers":
-        from ..args.paddleformers_fields import FIELDS, LLM_META, RENAMED
-
-        return {**{name: ("script", "") for name in LLM_META}, **FIELDS}, RENAMED, "docs/how-to/migrate-paddleformers.md"
+        return ({**{name: ("script", "") for name in LLM_META}, **PADDLEFORMERS_FIELDS}, PADDLEFORMERS_RENAMED,
+                "docs/how-to/migrate-paddleformers.md")
     return PADDLENLP_FIELDS, {}, "docs/how-to/migrate-paddlenlp.md"
 
 
@@ -76,8 +75,6 @@ def _is_refused(name: str, value, f: dataclasses.Field) -> bool:
 def _switch_words(pargs, values: dict) -> None:
     """PaddleFormers' switches (``SWITCHES``) as words of our ``*_parallel_config`` strings, for the layouts the run
     has (PaddleFormers reads each only where its layout runs; so do we)."""
-    from ..args.paddleformers_fields import SWITCHES
-
     active = {"sharding_parallel_config": any(s in str(values.get("sharding") or "") for s in ("stage1", "stage2")),
               "tensor_parallel_config": int(values.get("tensor_parallel_degree") or 1) > 1,
               "pipeline_parallel_config": int(values.get("pipeline_parallel_degree") or 1) > 1}
@@ -95,9 +92,7 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
     values: dict = {}
     dropped, refused = [], []
     reference = _reference(pargs)
-    switches = ()
-    if origin == "paddleformers":
-        from ..args.paddleformers_fields import SWITCHES as switches
+    carried = CARRIED if origin == "paddleformers" else {}
     for f in dataclasses.fields(pargs):
         if not f.init:
             continue
@@ -117,14 +112,11 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
             elif _is_set(f, value, reference) and renamed[name] not in ours:
                 dropped.append(name)
             continue
-        if origin == "paddleformers" and name == "recompute_granularity":
-            values["recompute"] = value is not None  # its Trainer switches every sublayer's recompute on
-            continue
-        if origin == "paddleformers" and name == "ddp_find_unused_parameters":
-            values["find_unused_parameters"] = bool(value)
-            continue
-        if origin == "paddleformers" and name in switches:
+        if name in SWITCHES and carried:
             continue  # carried below, as a word of our *_parallel_config (PaddleNLP's spelling, and ours)
+        if name in carried:  # recompute_granularity (any value: its Trainer recomputes), ddp_find_unused_parameters
+            values[carried[name]] = value is not None and value is not False
+            continue
         if origin == "paddleformers" and name == "amp_master_grad":  # its default, True, means something with O2 only
             values[name] = bool(value) and pargs.fp16_opt_level == "O2" and bool(pargs.bf16 or pargs.fp16)
             continue
@@ -173,8 +165,6 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
 def _in_their_words(message: str, renamed: dict) -> str:
     """A refusal of ours in PaddleFormers' terms: its parallel sizes, and its switches for our ``*_parallel_config``
     words (``drop split_param from sharding_parallel_config`` -> ``set split_param=False``)."""
-    from ..args.paddleformers_fields import SWITCHES
-
     words = {word: (name, when) for name, (_, word, when) in SWITCHES.items()}
 
     def switches(found: list, negate: bool) -> str:
