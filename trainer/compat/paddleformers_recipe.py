@@ -85,31 +85,23 @@ class PaddleFormersRecipe(PaddleNLPRecipe):
     name = "paddleformers"
 
     def train_sampler(self, trainer, dataset_len: int) -> ResumableDistributedBatchSampler:
-        import time
-
         a = trainer.args
-        self._last_step, self._last_time = trainer.state.global_step, time.time()  # the first interval's start
+        self.start_interval(trainer)
         return PaddleFormersOrder(dataset_len, a.per_device_train_batch_size,
                                   num_replicas=trainer.layout.data_world_size, rank=trainer.layout.data_rank,
                                   shuffle=bool(getattr(self.pargs, "dataloader_shuffle", True)),
                                   seed=int(self.pargs.seed or 0), drop_last=a.dataloader_drop_last)
 
-    def lr_scheduler(self, trainer, total_steps: int):
-        from paddleformers.trainer.trainer_utils import get_scheduler
+    def schedule(self, warmup: int, decay_steps: int):
+        """paddleformers' ``get_scheduler``, with ``min_lr``; ``freeze_training``: a constant 0."""
+        from paddleformers.trainer.trainer_utils import get_constant_schedule, get_scheduler
 
         p = self.pargs
-        warmup = p.warmup_steps if p.warmup_steps > 0 else int(p.warmup_ratio * total_steps)
-        decay_steps = p.decay_steps if getattr(p, "decay_steps", 0) and p.decay_steps > 0 else total_steps
         if getattr(p, "freeze_training", False):
-            from paddleformers.trainer.trainer_utils import get_constant_schedule
-
-            sched = get_constant_schedule(learning_rate=0.0)
-        else:
-            sched = get_scheduler(p.lr_scheduler_type, learning_rate=p.learning_rate, num_warmup_steps=warmup,
-                                  num_training_steps=decay_steps, num_cycles=p.num_cycles, lr_end=p.lr_end,
-                                  power=p.power, min_lr=p.min_lr)
-        sched.includes_warmup = True  # callbacks.LRWarmup leaves it as it is
-        return sched
+            return get_constant_schedule(learning_rate=0.0)
+        return get_scheduler(p.lr_scheduler_type, learning_rate=p.learning_rate, num_warmup_steps=warmup,
+                             num_training_steps=decay_steps, num_cycles=p.num_cycles, lr_end=p.lr_end, power=p.power,
+                             min_lr=p.min_lr)
 
     def log_record(self, trainer, record: dict) -> dict:
         """PaddleNLP's record plus PaddleFormers' host memory figures (every record its ``log()`` makes)."""

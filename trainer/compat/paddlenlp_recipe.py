@@ -70,7 +70,7 @@ class PaddleNLPRecipe(Recipe):
 
     def train_sampler(self, trainer, dataset_len: int) -> ResumableDistributedBatchSampler:
         a = trainer.args
-        self._last_step, self._last_time = trainer.state.global_step, time.time()  # the first interval's start
+        self.start_interval(trainer)
         return PaddleNLPOrder(dataset_len, a.per_device_train_batch_size, num_replicas=trainer.layout.data_world_size,
                               rank=trainer.layout.data_rank, shuffle=True, seed=0, drop_last=a.dataloader_drop_last,
                               numpy_seed=a.seed)
@@ -84,17 +84,27 @@ class PaddleNLPRecipe(Recipe):
         return {p.name for n, p in model.named_parameters()
                 if p.name in keep and not any(nd in n for nd in ("bias", "norm"))}
 
+    def start_interval(self, trainer) -> None:
+        """The first logging interval's start (its ``interval_*`` speeds), as the training data is first asked for."""
+        self._last_step, self._last_time = trainer.state.global_step, time.time()
+
     def lr_scheduler(self, trainer, total_steps: int):
+        """Its warmup (``warmup_steps``, else ``int(warmup_ratio * steps)``) and decay steps (``decay_steps`` when
+        set), then its own schedule (:meth:`schedule`)."""
+        p = self.pargs
+        warmup = p.warmup_steps if p.warmup_steps > 0 else int(p.warmup_ratio * total_steps)
+        decay_steps = p.decay_steps if (getattr(p, "decay_steps", 0) or 0) > 0 else total_steps
+        sched = self.schedule(warmup, decay_steps)
+        sched.includes_warmup = True  # callbacks.LRWarmup leaves it as it is
+        return sched
+
+    def schedule(self, warmup: int, decay_steps: int):
+        """paddlenlp's ``get_scheduler`` over these arguments."""
         from paddlenlp.trainer.trainer_utils import get_scheduler
 
         p = self.pargs
-        warmup = p.warmup_steps if p.warmup_steps > 0 else int(p.warmup_ratio * total_steps)
-        decay_steps = p.decay_steps if getattr(p, "decay_steps", 0) > 0 else total_steps
-        sched = get_scheduler(p.lr_scheduler_type, learning_rate=p.learning_rate, num_warmup_steps=warmup,
-                              num_training_steps=decay_steps, num_cycles=p.num_cycles, lr_end=p.lr_end,
-                              power=p.power)
-        sched.includes_warmup = True  # callbacks.LRWarmup leaves it as it is
-        return sched
+        return get_scheduler(p.lr_scheduler_type, learning_rate=p.learning_rate, num_warmup_steps=warmup,
+                             num_training_steps=decay_steps, num_cycles=p.num_cycles, lr_end=p.lr_end, power=p.power)
 
     def clip(self, parameters, max_norm: float):
         """``paddle.nn.ClipGradByGlobalNorm``'s arithmetic, in place: sqrt of the summed squares,
