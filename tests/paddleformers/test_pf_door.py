@@ -228,3 +228,21 @@ def test_two_processes_evaluate_its_batches_and_give_predictions_in_dataset_orde
     compare(read_logs(theirs), read_logs(ours), "eval on 2 processes")
     assert sum("eval_loss" in r for r in read_logs(ours)["logs"]) == 2
     assert read_logs(ours)["labels_in_order"] is True
+
+
+def test_its_schedule_reads_min_lr_and_freeze_training_from_its_arguments(tmp_path):
+    from paddleformers.trainer.trainer_utils import get_scheduler
+
+    from trainer.compat.paddleformers_recipe import PaddleFormersRecipe
+
+    args = _their_args(tmp_path, learning_rate=1e-3, lr_scheduler_type="cosine", min_lr=1e-4)
+    ours = PaddleFormersRecipe(args).schedule(2, 10)
+    theirs = get_scheduler("cosine", learning_rate=1e-3, num_warmup_steps=2, num_training_steps=10, min_lr=1e-4)
+    lrs = []
+    for _ in range(10):
+        lrs.append((ours.get_lr(), theirs.get_lr()))
+        ours.step(), theirs.step()
+    assert [a for a, _ in lrs] == [b for _, b in lrs] and min(a for a, _ in lrs[2:]) >= 1e-4
+    args.freeze_training = True
+    frozen = PaddleFormersRecipe(args).schedule(2, 10)
+    assert frozen.get_lr() == 0.0
