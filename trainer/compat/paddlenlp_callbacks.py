@@ -95,6 +95,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         super().__init__()
         self.paddlenlp_args = None      # set by the door when the trainer was given paddlenlp arguments
         self.resume_from_custom_func = None  # PaddleFormers' Trainer(resume_from_custom_func=...), set by the door
+        self._hf_step = False  # a PaddleFormers step ended whose should_save_hf is looked at after its log and save
         self._pstate = None
         self._control = None
         self._pending_metrics = None    # metrics of an evaluation whose on_evaluate waits for its on_log
@@ -209,7 +210,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
         """PaddleFormers saves for ``should_save_hf`` last in a step, after its log, evaluation and save (their
         hooks fire first): here at the next step's begin, the epoch's end or the run's. The flag stays up until a
         save (a callback may raise it at any hook), as in PaddleFormers."""
-        if not getattr(self, "_hf_step", False):
+        if not self._hf_step:
             return
         self._hf_step = False
         if getattr(self._control, "should_save_hf", False):
