@@ -24,6 +24,7 @@ inner ``model``, layers holding ``lora_A``/``lora_B``).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Optional
 
 from ..errors import ConfigError, DataError
@@ -47,13 +48,6 @@ def _lora_layers(inner) -> list:
     return [(name, layer) for name, layer in inner.named_sublayers() if _is_lora_layer(layer)]
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def describe(model) -> Optional[dict]:
     """The adapter of ``model`` as plain JSON, or None when it has none (shapes only: no tensor is read)."""
     if not is_adapter(model):
@@ -71,8 +65,8 @@ def describe(model) -> Optional[dict]:
         "rslora": bool(getattr(config, "rslora", False)),
         "target_modules": [targets] if isinstance(targets, str) else list(targets or []),
         "adapted_layers": len(_lora_layers(model.model)),
-        "trainable_parameters": sum(_numel(p.shape) for p in params if not p.stop_gradient),
-        "total_parameters": sum(_numel(p.shape) for p in params),
+        "trainable_parameters": sum(math.prod(p.shape) for p in params if not p.stop_gradient),
+        "total_parameters": sum(math.prod(p.shape) for p in params),
     }
 
 
