@@ -196,11 +196,13 @@ def free_port() -> int:
 
 
 def launch_logs(log_dir: str) -> str:
-    """The tail of each worker log of a ``paddle.distributed.launch`` run, for an error message."""
+    """The tail of each rank's log of a ``paddle.distributed.launch`` run (``workerlog.N``), for an error message
+    (the launcher's environment dumps beside them, ``backup_env.N.json`` and ``envlog.N``, say nothing of a failure)."""
     logs = ""
     for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
-        with open(os.path.join(log_dir, name), errors="replace") as f:
-            logs += f"\n--- {name}\n" + f.read()[-3000:]
+        if name.startswith("workerlog."):
+            with open(os.path.join(log_dir, name), errors="replace") as f:
+                logs += f"\n--- {name}\n" + f.read()[-3000:]
     return logs
 
 

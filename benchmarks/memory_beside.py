@@ -100,6 +100,21 @@ def run(a, trainer: str, mode: str, layers: int, steps: int, limit_mib: int = 0,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def table_run(a, trainer: str, mode: str, env, log, relaunched: list, attempts: int = 3) -> list:
+    """One run of the table. A launch that fails is launched again (``attempts`` in all), as a search's probe is: on
+    a loaded machine a rank can die for a reason that is not the training's (a port taken between the check and the
+    bind, a gloo socket reset as the other rank exits). Each failure is logged with its last lines and named in the
+    report (``relaunched``); the figures come only from a launch whose every rank ended with 0."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return run(a, trainer, mode, a.layers, a.steps, env_extra=env)
+        except common.BenchmarkError as e:
+            if attempt == attempts:
+                raise
+            relaunched.append(str(e).split(": ", 1)[0])  # "ours stage1 failed (-6)"
+            log(f"  {trainer} {mode}: the launch failed, launched again ({attempt} of {attempts - 1})\n{str(e)[-1500:]}")
+
+
 def kill_tree(proc) -> None:
     """The launcher and every process under it (paddle's launcher starts each rank in a session of its own)."""
     import psutil
@@ -174,7 +189,7 @@ def measure(a, log) -> dict:
         for attempt in range(0 if a.no_table else a.repeat):
             for trainer in TRAINERS:
                 env = malloc_trace.preload(a.malloc_trace, f"{mode}-{trainer}-{attempt}") if a.malloc_trace else None
-                ranks = run(a, trainer, mode, a.layers, a.steps, env_extra=env)
+                ranks = table_run(a, trainer, mode, env, log, row.setdefault("relaunched", []))
                 runs[trainer].append({"ranks": ranks, **summary(ranks)})
                 log(f"  {mode} {trainer}: peak RSS {runs[trainer][-1]['peak_rss_mb']:.0f} MiB, "
                     f"address space {runs[trainer][-1]['peak_vm_mb']:.0f} MiB")
@@ -219,6 +234,8 @@ def report(result: dict, a) -> str:
     if search:
         headers.append(f"largest model under prlimit --as {a.limit_mib} MiB, ours / PaddleNLP (layers)")
     searched = "".join(f"\nProbes (layers) of {mode}: {probes(s)}." for mode, s in search.items())
+    searched += "".join(f"\nLaunched again after a failure, {r['mode']}: {'; '.join(r['relaunched'])}."
+                        for r in result["table"] if r.get("relaunched"))
     return (f"Beside PaddleNLP's Trainer ({a.nproc} gloo processes; LlamaForCausalLM, hidden {a.hidden}, "
             f"intermediate {a.intermediate}, {a.heads} heads, sequence {a.seq}, vocabulary {a.vocab}, per-device batch "
             f"{a.batch}, AdamW; the table: {a.layers} layers, {a.steps} steps):\n\n"

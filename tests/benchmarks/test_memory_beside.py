@@ -32,3 +32,28 @@ def test_both_trainers_side_by_side_with_the_largest_model_search(tmp_path):
     text = (tmp_path / "beside.md").read_text()
     assert "ours / PaddleNLP" in text and "median of 2 runs" in text
     assert "Probes (layers) of stage1+recompute: paddlenlp: 1 ✓; ours: 1 ✓." in text
+
+
+def test_a_failed_table_launch_is_launched_again_and_named(monkeypatch):
+    """A launch of the table that fails (a rank killed by a signal, a port taken) is launched again, at most 3 launches
+    in all; the failure is logged and named in the report, and the third failure ends the benchmark."""
+    import types
+
+    from benchmarks import common, memory_beside
+
+    a = types.SimpleNamespace(layers=1, steps=3)
+    outcomes = [common.BenchmarkError("ours stage1 failed (-6): python -m paddle.distributed.launch ...\nlast lines"),
+                [{"rank": 0}]]
+    monkeypatch.setattr(memory_beside, "run", lambda *a, **k: (
+        (_ for _ in ()).throw(outcomes.pop(0)) if isinstance(outcomes[0], Exception) else outcomes.pop(0)))
+    lines, relaunched = [], []
+    assert memory_beside.table_run(a, "ours", "stage1", None, lines.append, relaunched) == [{"rank": 0}]
+    assert relaunched == ["ours stage1 failed (-6)"] and "launched again (1 of 2)" in lines[0]
+
+    def always(*a, **k):
+        raise common.BenchmarkError("ours stage1 failed (1): ...")
+
+    monkeypatch.setattr(memory_beside, "run", always)
+    with pytest.raises(common.BenchmarkError):
+        memory_beside.table_run(a, "ours", "stage1", None, lines.append, [])
+    assert len(lines) == 3  # 1 + the two relaunches of the failing one

@@ -180,7 +180,9 @@ def test_a_crashed_stage_ends_the_job_at_once_with_a_restartable_code(tmp_path, 
     proc = _ptrain_launch(out, str(tmp_path / "logs"), 0, crash_at_step=3, crash_how=how)
     text, _ = proc.communicate(timeout=patience(400))
     ended = time.time()
-    with open(os.path.join(out, "crashed-at")) as f:
+    marker = os.path.join(out, "crashed-at")
+    assert os.path.exists(marker), f"the job ended (exit {proc.returncode}) before stage 1 reached step 3:\n{text[-3000:]}"
+    with open(marker) as f:
         took = ended - float(f.read())
     print(f"FAILURE pp2, stage 1 {how}: job ended {took:.1f} s after the crash, exit {proc.returncode}")
     assert proc.returncode == code, text[-3000:]
