@@ -20,7 +20,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, NamedTuple, Optional
 
 import paddle
 
@@ -64,6 +64,14 @@ from .seed import set_seed
 from .state import TrainerState
 
 logger = logging.getLogger("trainer")
+
+
+class _LaidOut(NamedTuple):
+    """The model, optimizer and scaler ``fit()`` laid out, and what ``trainer.parallel.parallelize`` made of them."""
+    model: Any
+    optimizer: Any
+    scaler: Any
+    applied: Any
 
 
 class Trainer(PaddleNLPAPI):
@@ -129,7 +137,7 @@ class Trainer(PaddleNLPAPI):
         # the model's layout over ranks (trainer.layout): the one the arguments planned (planned again only for a
         # process outside a launch, whose arguments were checked on the fewest ranks the degrees ask for)
         self.layout = self.args.layout_for(self._world_size, self._rank)
-        self._parallel = None  # (model, optimizer, scaler, trainer.parallel.Parallelized) once fit() laid the model out
+        self._parallel: Optional[_LaidOut] = None  # what fit() laid out, and from what
         self._step_runner = None  # Parallelized.step_runner (pipeline parallel), set with the layout
         self._grad_sync = None  # Parallelized.grad_sync: when DataParallel averages the gradients, set with the layout
         self.callbacks = CallbackList(callback_set(self.args, callbacks))  # a user's callback replaces a default of its class
@@ -166,7 +174,7 @@ class Trainer(PaddleNLPAPI):
     def inference_model(self) -> paddle.nn.Layer:
         """The model evaluation and prediction run: ``model``, or under sharding stage 3 the wrapper that gathers
         each rank's parameter slices in the forward (``trainer.parallel``)."""
-        applied = self._parallel[3] if self._parallel is not None and self._parallel[0] is self.model else None
+        applied = self._parallel.applied if self._parallel is not None and self._parallel.model is self.model else None
         return applied.inference_model if applied is not None and applied.inference_model is not None else self.model
 
     def add_callback(self, callback: Callback) -> None:
@@ -342,14 +350,16 @@ class Trainer(PaddleNLPAPI):
         """Apply ``self.layout`` (``trainer.parallel.parallelize``: recompute, then sharding or data parallel) once
         per model and optimizer: a second fit() with the same ones runs what the first one built."""
         built = self._parallel
-        if built is None or built[0] is not self.model or not (self.optimizer is built[1] or self.optimizer is built[3].optimizer):
-            built = self._parallel = (self.model, self.optimizer, self.grad_scaler,
-                                      parallelize(self.model, self.optimizer, self.layout, self.args, self.grad_scaler))
-        applied = built[3]
+        if built is None or built.model is not self.model or \
+                not (self.optimizer is built.optimizer or self.optimizer is built.applied.optimizer):
+            built = self._parallel = _LaidOut(self.model, self.optimizer, self.grad_scaler,
+                                              parallelize(self.model, self.optimizer, self.layout, self.args,
+                                                          self.grad_scaler))
+        applied = built.applied
         self.model_wrapped, self.optimizer = applied.model, applied.optimizer
         self._step_runner = applied.step_runner  # runs a step's forwards and backwards when the layout has its own
         self._grad_sync = applied.grad_sync  # no_sync around each micro-batch, the deferred all-reduce after the last
-        if self.grad_scaler is built[2]:  # a scaler installed anew by a callback since is kept as it is
+        if self.grad_scaler is built.scaler:  # a scaler installed anew by a callback since is kept as it is
             self.grad_scaler = applied.scaler
         self.grad_scaler = agreeing_scaler(self.layout, self.grad_scaler)
         reslice_optimizer(self)  # a resumed optimizer state, cut to the slices sharding stage 3 holds
