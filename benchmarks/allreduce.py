@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -254,6 +255,13 @@ _STORE_FAILED = ("CreateOrGetGlobalTCPStore", "uv__finish_close")
 
 def _launch_once(a) -> dict:
     tmp = tempfile.mkdtemp(prefix="bench-allreduce-")
+    try:
+        return _launch_in(a, tmp)
+    finally:  # the ranks' logs are in the error, when there is one
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _launch_in(a, tmp: str) -> dict:
     out = os.path.join(tmp, "result.json")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc),
            "--master", f"127.0.0.1:{common.free_port()}", "--log_dir", os.path.join(tmp, "log"),
