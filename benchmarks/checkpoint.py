@@ -201,7 +201,6 @@ def child_resume(positions: List[int], epoch_samples: int, batch: int, repeats: 
     from callbacks.base import Callback
     from trainer import Trainer, TrainingArguments
     from trainer.checkpoint.manifest import write_manifest
-    from trainer.events import Event
 
     class Lazy(paddle.io.Dataset):
         """``n`` samples computed from their index (no memory for a long epoch)."""

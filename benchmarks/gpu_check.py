@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,13 @@ def card_worker(out_dir: str, device: str) -> None:
 
 def _launch_cards(devices: Optional[str], nproc: Optional[int], device: str) -> List[dict]:
     out = tempfile.mkdtemp(prefix="gpu-check-card-")
+    try:
+        return _cards_in(out, devices, nproc, device)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _cards_in(out: str, devices: Optional[str], nproc: Optional[int], device: str) -> List[dict]:
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", os.path.join(out, "log")]
     cmd += ["--devices", devices] if devices else []
     cmd += ["--nproc_per_node", str(nproc)] if nproc else []

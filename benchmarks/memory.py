@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,6 +253,13 @@ def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800,
 
 def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):
     tmp = tempfile.mkdtemp(prefix="bench-memory-")
+    try:
+        return _launch_in(a, tmp, mode, layers, limit_mib, timeout, last)
+    finally:  # the ranks' logs are in the error, when there is one
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _launch_in(a, tmp: str, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(a.nproc), "--master",
            f"127.0.0.1:{common.free_port()}", "--log_dir", os.path.join(tmp, "log"), os.path.abspath(__file__), "--worker",
            "--mode", mode, "--out-dir", tmp, "--hidden", str(a.hidden), "--layers", str(layers), "--heads",
