@@ -214,10 +214,23 @@ def check_launch(args, world_size: int, gpus: Optional[str] = None) -> None:
     ``gpus``, its ``--gpus`` flag)."""
     from .layout import Layout
 
-    if gpus and args.device != "gpu":
-        raise ConfigError(f"--gpus {gpus} needs GPUs that paddle sees; here: {probe(args.device).describe()}: drop "
-                          "--gpus (--nproc N runs N processes on the CPU)")
+    check_gpus(gpus, args.device)
     check_arguments(args, Layout.from_args(args, world_size))
+
+
+def check_gpus(gpus: Optional[str], device: Optional[str] = None) -> None:
+    """``--gpus`` where paddle sees no GPU: one ConfigError line, before anything is launched. ``device``: the
+    device the run's arguments resolved (``ptrain run``); None asks paddle (``ptrain launch``, whose script holds
+    the arguments)."""
+    if not gpus:
+        return
+    if device is None:
+        import paddle
+
+        device = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
+    if device != "gpu":
+        raise ConfigError(f"--gpus {gpus} needs GPUs that paddle sees; here: {probe(device).describe()}: drop "
+                          "--gpus (--nproc N runs N processes on the CPU)")
 
 
 def where_it_runs() -> str:

@@ -62,6 +62,25 @@ def test_ptrain_run_refuses_what_the_build_cannot_run_in_one_line_before_launchi
 
 
 @needs_cpu_build
+@pytest.mark.parametrize("flags, named", [
+    (["--gpus", "0,1,2,3"], "--gpus 0,1,2,3 needs GPUs"),
+    (["--nproc", "2"], "the workers' log folder log is a file"),  # `ptrain launch ... | tee log` made ./log
+])
+def test_ptrain_launch_refuses_in_one_line_before_launching(tmp_path, flags, named):
+    """ptrain launch, whose script holds the arguments, refuses its own flags as ptrain run does: --gpus on a
+    build without GPUs (it launched and failed with paddle's traceback, exit 1), and a log folder that is a file."""
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n")
+    (tmp_path / "log").write_text("what tee wrote\n")
+    done = subprocess.run([sys.executable, "-m", "trainer.cli", "launch", *flags, str(script)], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO), timeout=patience(120))
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ptrain: error: ") and named in lines[0], done.stderr[-3000:]
+    assert not (tmp_path / "ran").exists() and (tmp_path / "log").read_text() == "what tee wrote\n"
+
+
+@needs_cpu_build
 def test_a_users_script_is_refused_at_training_arguments(unshimmed, tmp_path):
     from trainer import TrainingArguments
 

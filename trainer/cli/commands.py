@@ -8,7 +8,7 @@ import sys
 from typing import List, Optional
 
 from ..errors import ConfigError, DataError, TrainerError, cli_terms
-from ..launch.flags import check_launch_flags, wants_launch
+from ..launch.flags import check_launch_flags, check_log_dir, wants_launch
 from ..launch.restarts import launch_with_restarts
 from ..launch.slurm import requeue_if_preempted
 from ..process import guard_console, install_startup_handlers, record_failure
@@ -133,6 +133,7 @@ def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
         from ..capabilities import check_launch
 
         check_launch(args, _launch_world_size(ns), ns.gpus)
+        check_log_dir(ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
     if ns.dry_run:
         return run_here(task, options, args, dry_run=True)
     from ..checkpoint.output_dir import claim_for_command
@@ -155,9 +156,13 @@ def _cmd_launch(ns) -> int:
     check_launch_flags(ns)
     if not os.path.isfile(ns.script):
         raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
+    from ..capabilities import check_gpus
+
+    check_gpus(ns.gpus)  # as ptrain run does: one line, nothing launched
     from ..checkpoint.lock import JOB_ENV, job_key
 
     # the job's identity for its ranks and restarts: the new rank 0 of an elastic restart, on another node or
     # in another container, takes its own job's lock over at once instead of waiting for the lease
     os.environ.setdefault(JOB_ENV, job_key(ns.job_id, ns.master, ns.ips))
+    check_log_dir(ns.log_dir or "log")
     return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")

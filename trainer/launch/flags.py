@@ -59,6 +59,14 @@ def check_launch_flags(ns) -> None:
                           "heartbeat period is 5 s)")
 
 
+def check_log_dir(log_dir: str) -> None:
+    """The workers' log folder: a file of that name (``... | tee log`` makes ``./log``, paddle's launcher's and
+    ``ptrain launch``'s default folder) is one ConfigError line before anything is launched."""
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        raise ConfigError(f"the workers' log folder {log_dir} is a file: give --log_dir DIR (a pipe such as "
+                          f"`| tee {log_dir}` makes that file: tee into another name)")
+
+
 def is_etcd(ns) -> bool:
     return bool(ns.master and ns.master.startswith(ETCD))
 
