@@ -70,7 +70,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 from trainer.errors import ConfigError
 

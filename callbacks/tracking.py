@@ -48,7 +48,7 @@ import numbers
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, pip_extra
 
 from .base import Callback
 from .logger import Rank0Logger
@@ -82,7 +82,7 @@ def tracker_callbacks(report_to) -> List[Callback]:
         module, cls, extra, _ = TRACKERS[name]
         if not installed(name):
             raise ConfigError(f"report_to {name}: {TRACKERS[name][3][0]} is not installed: "
-                              f"pip install 'paddle-trainer[{extra}]' (or leave {name} out of report_to)")
+                              f"{pip_extra(extra)} (or leave {name} out of report_to)")
         out.append(getattr(importlib.import_module(f"{__package__}.{module}"), cls)())
     return out
 

@@ -30,6 +30,16 @@ def cli_terms():
         _CLI[0] = before
 
 
+def pip_extra(extra: str) -> str:
+    """How a user installs the project's extra ``extra``: the README's form (the project is installed from its
+    checkout, not from an index)::
+
+        >>> pip_extra("serve")
+        'pip install -e ".[serve]" in the paddle-trainer checkout'
+    """
+    return f'pip install -e ".[{extra}]" in the paddle-trainer checkout'
+
+
 def option(name: str, value=None) -> str:
     """How the caller sets ``name`` (to ``value``): ``--name value`` on the command line, ``name=value`` in Python;
     without a value, the bare name (``--name`` / ``name``)."""

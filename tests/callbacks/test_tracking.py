@@ -25,7 +25,7 @@ def test_a_requested_tracker_that_is_not_installed_names_its_extra(tmp_path, mon
         Trainer(make_mlp(), args, train_dataset=ToyDataset(16), loss_fn=paddle.nn.CrossEntropyLoss())
     assert err.value.exit_code == 2
     assert str(err.value) == (f"report_to {name}: {'tensorboardX' if name == 'tensorboard' else module} is not installed: "
-                              f"pip install 'paddle-trainer[{name}]' (or leave {name} out of report_to)")
+                              f'pip install -e ".[{name}]" in the paddle-trainer checkout (or leave {name} out of report_to)')
     # all = the default loggers and the trackers that are installed: this one is left out
     assert name not in TrainingArguments(report_to=["all"]).report_to
 

@@ -14,10 +14,11 @@ import argparse
 import os
 import sys
 
+from ..errors import pip_extra
 from ..process import startup_handlers_active
 
 #: the install hint, word for word as docs/how-to/serve.md gives it (tests/docs/test_first_hour_docs.py)
-SERVE_EXTRA = 'pip install -e ".[serve]" in the paddle-trainer checkout'
+SERVE_EXTRA = pip_extra("serve")
 
 
 def add_serve_parser(sub) -> argparse.ArgumentParser:

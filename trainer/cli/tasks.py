@@ -11,7 +11,7 @@ import re
 from importlib import metadata
 from typing import Any, Dict, List
 
-from ..errors import ConfigError
+from ..errors import ConfigError, pip_extra
 from ..task import Task
 
 ENTRY_POINT_GROUP = "ptrain.tasks"
@@ -51,10 +51,10 @@ def missing_extra(ep) -> str:
     for extra in ep.extras:
         missing = [name for name in _extra_requirements(ep.dist, extra) if not _installed(name)]
         if missing:
-            where = 'pip install -e ".[{}]" in the paddle-trainer checkout'.format(extra)
+            where = pip_extra(extra)
             if "paddlenlp" in missing and _installed("paddleformers"):
                 where = ("paddlenlp cannot share an environment with paddleformers; in one of its own: "
-                         'pip install -e ".[cpu]" in the paddle-trainer checkout')
+                         + pip_extra("cpu"))
             return f"needs {', '.join(missing)} (the {extra} extra), not installed here: {where}"
     return ""
 

@@ -29,7 +29,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..errors import ConfigError, TrainingError
+from ..errors import ConfigError, TrainingError, pip_extra
 from .predictor import create_predictor, input_spec, model_files, run_predictor
 from .runtimes import ONNX_FILE
 
@@ -69,7 +69,7 @@ def export_onnx(model_dir: str, prefix: Optional[str] = None, atol: float = ATOL
         import paddle2onnx
     except ImportError as exc:
         raise ConfigError(f"ONNX export needs paddle2onnx and onnxruntime ({exc.name} is missing): "
-                          "pip install 'paddle-trainer[onnx]'") from None
+                          f"{pip_extra('onnx')}") from None
     os.environ.setdefault("POLYGRAPHY_AUTOINSTALL_DEPS", "0")
     model_file, params_file = model_files(model_dir, prefix)
     specs = input_spec(model_dir, prefix)

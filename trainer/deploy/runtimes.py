@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, pip_extra
 from .predictor import create_predictor, input_spec, run_predictor
 
 RUNTIMES = ("paddle", "onnxruntime")
@@ -67,7 +67,7 @@ class OnnxRuntime:
         try:
             import onnxruntime as ort
         except ImportError:
-            raise ConfigError("--runtime onnxruntime needs onnxruntime: pip install 'paddle-trainer[onnx]'") from None
+            raise ConfigError(f"--runtime onnxruntime needs onnxruntime: {pip_extra('onnx')}") from None
         if device != "cpu":
             raise ConfigError(f"--device {device} with --runtime onnxruntime: this build serves ONNX on the CPU only; "
                               "use --device cpu or --runtime paddle")

@@ -42,8 +42,8 @@ def _import_etcd_client() -> None:
     try:
         import etcd3  # noqa: F401 - paddle's ETCDMaster imports it; the protobuf implementation is chosen now
     except ImportError as exc:
-        print(f"ptrain: error: an etcd master needs the etcd client ({exc}): pip install 'paddle-trainer[elastic]'",
-              file=sys.stderr)
+        print(f"ptrain: error: an etcd master needs the etcd client ({exc}): "
+              'pip install -e ".[elastic]" in the paddle-trainer checkout', file=sys.stderr)
         sys.exit(2)
     finally:
         if not had:
