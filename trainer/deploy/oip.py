@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .payload import BadRequest, brief, check_finite, has_booleans, json_bytes, parse_json, shape_text, to_array
+from .payload import (V2_EXAMPLE, BadRequest, brief, check_finite, has_booleans, json_bytes, parse_json, shape_text,
+                      to_array)
 
 DATATYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
              "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
@@ -58,12 +59,12 @@ class InferRequest:
 def split_body(body: bytes, header_length: Optional[str]) -> Tuple[Any, bytes]:
     """``(the JSON object, the binary tail)`` of a request body (``header_length``: the header's text, or None)."""
     if header_length is None:
-        return parse_json(body), b""
+        return parse_json(body, V2_EXAMPLE), b""
     n = header_count(header_length)
     if n is None or n > len(body):
         raise BadRequest(f"Inference-Header-Content-Length {brief(header_length)} is not a byte count within the body "
                          f"of {len(body)} bytes: give the length of the JSON part")
-    return parse_json(body[:n]), body[n:]
+    return parse_json(body[:n], V2_EXAMPLE), body[n:]
 
 
 def parse_infer(obj: Any, tail: bytes, inputs: List[dict], output_names: List[str], max_rows: int,

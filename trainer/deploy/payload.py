@@ -59,9 +59,14 @@ class BadRequest(ValueError):
         self.status = status
 
 
-def parse_json(body: bytes) -> Any:
+#: what a body of each protocol looks like, for the line that refuses one that is not JSON
+V1_EXAMPLE = '{"inputs": [[...], ...]}'
+V2_EXAMPLE = '{"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}'
+
+
+def parse_json(body: bytes, example: str = V1_EXAMPLE) -> Any:
     if not body:
-        raise BadRequest('the body is empty: send JSON such as {"inputs": [[...], ...]}')
+        raise BadRequest(f"the body is empty: send JSON such as {example}")
     if orjson is not None:
         try:
             return orjson.loads(body)
@@ -73,7 +78,7 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest("the body is not UTF-8 JSON (or is nested too deeply): send JSON") from None
     except json.JSONDecodeError as exc:
         raise BadRequest(f"the body is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): send JSON such "
-                         'as {"inputs": [[...], ...]}') from None
+                         f"as {example}") from None
 
 
 def shape_text(shape: Optional[Sequence[int]]) -> str:

@@ -119,7 +119,9 @@ def _v2(shape, data=(0.0,) * 64):
 
 
 BAD_V2 = [  # (body, headers, a piece of the 400 line)
-    (b"{", {}, "the body is not JSON"),
+    (b"{", {}, 'the body is not JSON (Expecting property name enclosed in double quotes at line 1 column 2): send JSON '
+     'such as {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}'),  # v2's shape, not v1's
+    (b"", {}, 'the body is empty: send JSON such as {"inputs": [{"name": ..., "shape": [...]'),
     ({"inputs": []}, {}, '"inputs" must be a non-empty list'),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32"}]}, {}, '"data" is missing'),
     ({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.5] * 63}]}, {},
