@@ -20,6 +20,7 @@ still wins, and a request without one gets English instead of an error.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List, Optional
 
@@ -46,8 +47,36 @@ class LanguageFallback:
         return self.app(environ, start_response)
 
 
+def logdirs(argv: List[str]) -> List[str]:
+    """The folders ``--logdir`` names (visualdl takes several after one flag, and ``--logdir=DIR``).
+
+    >>> logdirs(["--logdir", "a", "b", "--port", "8040"]), logdirs(["--logdir=runs/x"]), logdirs(["--port", "1"])
+    (['a', 'b'], ['runs/x'], [])
+    """
+    found, taking = [], False
+    for token in argv:
+        if token.startswith("--logdir="):
+            found.append(token.split("=", 1)[1])
+            taking = False
+        elif token == "--logdir":
+            taking = True
+        elif token.startswith("-"):
+            taking = False
+        elif taking:
+            found.append(token)
+    return found
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``)."""
+    """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``). A ``--logdir`` that
+    does not exist is one ConfigError line (visualdl would serve an empty board)."""
+    from ..errors import ConfigError
+
+    argv = sys.argv[1:] if argv is None else argv
+    for folder in logdirs(argv):
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--logdir {folder}: no such folder: give a run's output_dir (its visualdl/ holds the "
+                              "records), e.g. ptrain visualdl --logdir runs/digits-demo")
     from visualdl.server import app as vdl
 
     create_app = vdl.create_app
@@ -59,7 +88,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     vdl.create_app = create_app_with_fallback  # visualdl's _run looks it up at call time
     _stop_on_signals()
-    sys.argv = ["visualdl", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["visualdl", *argv]
     vdl.main()
     return 0
 

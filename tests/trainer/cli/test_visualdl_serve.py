@@ -69,3 +69,14 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
 def test_docstring_examples_run():
     result = doctest.testmod(trainer.cli.visualdl_serve)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path):
+    """visualdl itself serves an empty board for a folder that is not there (a typo looks like a run with no
+    records): refused, one line naming it, exit 2, no server."""
+    done = subprocess.run([sys.executable, "-m", "trainer.cli", "visualdl", "--logdir", "runs/typo", "--port",
+                           str(free_port())], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                          text=True, timeout=patience(120))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("ptrain: error: --logdir runs/typo: no such folder")
