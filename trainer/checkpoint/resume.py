@@ -237,7 +237,7 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
         if _same(old, new):
             continue
         raise ConfigError(f"resume: {name} was {old!r} in {where}, this run has {new!r}: it would change what is "
-                          f"trained; resume with {name}={old!r}, {_FRESH}")
+                          f"trained; resume with {option(name, old)}, {_FRESH}")
     # 2. the global batch on the same number of processes
     if data_world_size(meta) == world_size:
         old_b, old_k = int(saved["per_device_train_batch_size"]), int(saved["gradient_accumulation_steps"])
@@ -245,16 +245,16 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
         if old_b * old_k != new_b * new_k:
             old_global, new_global = old_b * old_k * world_size, new_b * new_k * world_size
             if new_b != old_b:
-                keep = (f", or keep the global batch with gradient_accumulation_steps {old_b * old_k // new_b}"
+                keep = (f", or keep the global batch with {option('gradient_accumulation_steps', old_b * old_k // new_b)}"
                         if (old_b * old_k) % new_b == 0 else "")
                 raise ConfigError(
                     f"resume: per_device_train_batch_size was {old_b} in {where}, this run has {new_b}: the global "
                     f"batch would be {new_global}, not {old_global}, and samples of the epoch would be replayed or "
-                    f"skipped; resume with per_device_train_batch_size {old_b}{keep}, {_FRESH}")
+                    f"skipped; resume with {option('per_device_train_batch_size', old_b)}{keep}, {_FRESH}")
             raise ConfigError(
                 f"resume: gradient_accumulation_steps was {old_k} in {where}, this run has {new_k}: the global batch "
                 f"would be {new_global}, not {old_global}, and samples of the epoch would be replayed or skipped; "
-                f"resume with gradient_accumulation_steps {old_k}, {_FRESH}")
+                f"resume with {option('gradient_accumulation_steps', old_k)}, {_FRESH}")
     # 3. the dataset
     old_n = meta.get("train_samples")
     if old_n is not None and dataset_len is not None and int(old_n) != dataset_len:
@@ -307,7 +307,7 @@ def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> 
         what = ("which samples are train, eval and test (test data would leak into training)"
                 if name in (identity.get("split") or ()) else "what is trained")
         raise ConfigError(f"resume: {name} ({source}) was {old!r} in checkpoint {path}, this run has {new!r}: it "
-                          f"would change {what}; resume with {name}={old!r}, {_FRESH}")
+                          f"would change {what}; resume with {option(name, old)}, {_FRESH}")
 
 
 #: what defines a LoRA adapter's training (trainer.layout.adapters.describe): a change is refused on resume

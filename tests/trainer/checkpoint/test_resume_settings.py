@@ -40,8 +40,8 @@ def ckpt(full, tmp_path):
 @pytest.mark.parametrize("changes, pattern", [
     (dict(per_device_train_batch_size=4), r"resume: per_device_train_batch_size was 8 in checkpoint .*step-5, this run "
                                           r"has 4: the global batch would be 4, not 8, .*replayed or skipped; resume with "
-                                          r"per_device_train_batch_size 8, or keep the global batch with "
-                                          r"gradient_accumulation_steps 2, or start a fresh run"),
+                                          r"per_device_train_batch_size=8, or keep the global batch with "
+                                          r"gradient_accumulation_steps=2, or start a fresh run"),
     (dict(gradient_accumulation_steps=2), r"resume: gradient_accumulation_steps was 1 in .*, this run has 2: the global "
                                           r"batch would be 16, not 8"),
     (dict(seed=7), r"resume: seed was 42 in checkpoint .*, this run has 7: it would change what is trained; resume "

@@ -51,7 +51,7 @@ def test_a_changed_task_option_is_refused_naming_it(base, tmp_path, flag, old, n
     name = flag[2:]
     (line,) = error_lines(done.stderr)
     assert f"resume: {name} (task digits) was {old} in checkpoint" in line and f"this run has {new}" in line, line
-    assert what in line
+    assert what in line and f"resume with {flag} {old}, or start a fresh run" in line  # the flag, as typed
     assert sorted(n for n in os.listdir(run / "checkpoints") if n.startswith("step-")) == ["step-10"]
 
 
@@ -60,6 +60,7 @@ def test_an_early_refusal_prints_one_error(base, tmp_path):
     assert done.returncode == ConfigError.exit_code
     (line,) = error_lines(done.stderr)
     assert "per_device_train_batch_size was" in line and "Preemption" not in done.stderr, done.stderr
+    assert "resume with --per_device_train_batch_size 32, or start a fresh run" in line, line
 
 
 def test_a_format_it_cannot_read_is_refused_with_one_error(base, tmp_path):
