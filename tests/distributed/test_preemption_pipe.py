@@ -21,6 +21,15 @@ TOY = os.path.join(WORKERS, "preempt_toy.py")
 PTRAIN = [sys.executable, "-m", "trainer.cli"]
 
 
+def as_a_shell_starts_it():
+    """A terminal's shell starts each command of a pipeline with SIGINT and SIGQUIT at their defaults. The suite
+    itself may run with SIGINT ignored (started as ``cmd &`` by a script, which ignores it in the background job),
+    and an ignored signal stays ignored across exec: ``tee`` would outlive the Ctrl-C these tests send (seen: the
+    README's suite started that way, both tee tests timed out)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def console(tmp_path):
     path = tmp_path / "logs" / "console.log"
     return path.read_text(errors="replace") if path.exists() else "(no console.log)"
@@ -30,10 +39,11 @@ def launch_into(reader, tmp_path, out, steps, *extra):
     """``ptrain launch --nproc 2 TOY OUT STEPS | READER`` with stdout and stderr in the pipe, ptrain and the reader
     in one new process group (as a shell's pipeline is)."""
     sink = subprocess.Popen(reader, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0,
-                            cwd=tmp_path)
+                            cwd=tmp_path, preexec_fn=as_a_shell_starts_it)
     proc = subprocess.Popen(PTRAIN + ["launch", "--nproc", "2", "--master", f"127.0.0.1:{free_port()}", "--log_dir",
                                       str(tmp_path / "logs"), TOY, out, str(steps), *extra],
-                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid)
+                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid,
+                            preexec_fn=as_a_shell_starts_it)
     sink.stdin.close()  # the pipeline's only reader is the reader
     return proc, sink
 
@@ -146,11 +156,12 @@ def test_ctrl_c_of_one_process_ptrain_run_piped_into_tee_exits_130(tmp_path):
     """No launcher: the training process itself writes into the pipe (the progress bar, the preemption's lines)."""
     out = tmp_path / "run"
     sink = subprocess.Popen(["tee", str(tmp_path / "tee.log")], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            process_group=0)
+                            process_group=0, preexec_fn=as_a_shell_starts_it)
     proc = subprocess.Popen(PTRAIN + ["run", "digits", "--output_dir", str(out), "--max_steps", "100000",
                                       "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no",
                                       "--save_steps", "100000"],
-                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid)
+                            stdout=sink.stdin, stderr=sink.stdin, env=preemption_env(), cwd=tmp_path, process_group=sink.pid,
+                            preexec_fn=as_a_shell_starts_it)
     sink.stdin.close()
     try:
         metrics = out / "metrics.jsonl"
