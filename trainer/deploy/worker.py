@@ -79,13 +79,19 @@ def _call_ms(runtime, batch, repeats: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def _leave_stopping_to_the_server() -> None:
+    """SIGINT and SIGTERM sent to the whole process group (a terminal's Ctrl-C, systemd's stop, ``kill -TERM
+    -PGID``) reach this process too: the server drains and stops it, so it ignores them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
     """The worker's entry point (``multiprocessing`` target). ``options``: model_dir, prefix, runtime,
     device, threads, max_batch_size."""
     from ..process import die_with_parent
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _leave_stopping_to_the_server()
     die_with_parent(signal.SIGKILL, parent_pid)
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
@@ -93,6 +99,7 @@ def worker_main(conn, options: Dict[str, Any], parent_pid: int) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which exits with it
         conn.send(("failed", first_line(exc)))
         sys.exit(1)
+    _leave_stopping_to_the_server()  # paddle's loader installed its own SIGTERM/SIGINT handlers: ignored again
     conn.send(("ready", dict(info, pid=os.getpid())))
     while True:
         try:

@@ -246,3 +246,18 @@ def test_onnx_export_matches_and_serves(digits_dir, tmp_path):
         np.testing.assert_allclose(np.asarray(body["outputs"], dtype="float32"), expected, atol=1e-4, rtol=0)
     finally:
         assert server.stop() == 0
+
+
+def test_a_sigterm_to_the_whole_process_group_drains_as_one_to_the_server(slow_dir):
+    """systemd's stop (KillMode=control-group), ``kill -TERM -PGID``, a terminal's Ctrl-C: the predictor processes
+    get the signal too. They leave stopping to the server (paddle's model loader installs its own SIGTERM/SIGINT
+    handlers: the predictor ignores both again once its model is loaded), so the server drains and exits 0 and no
+    predictor is reported killed or started again."""
+    server = Server(slow_dir, "--max_batch_size", "4", "--max_delay_ms", "2", preexec_fn=os.setsid)
+    assert server.predict({"inputs": [[0.1] * 64] * 2})[0] == 200
+    os.killpg(server.proc.pid, signal.SIGTERM)
+    code = server.proc.wait(patience(30))
+    assert code == 0, server.err
+    assert "killed by" not in server.err and "starting a new one" not in server.err, server.err
+    assert re.search(r"\d+ requests accepted, \d+ answered", server.err), server.err
+    server.stop()
