@@ -245,7 +245,7 @@ def check_resume(args, meta: dict, dataset_len: Optional[int], world_size: int, 
         if old_b * old_k != new_b * new_k:
             old_global, new_global = old_b * old_k * world_size, new_b * new_k * world_size
             if new_b != old_b:
-                keep = (f", or keep the global batch with {option('gradient_accumulation_steps', old_b * old_k // new_b)}"
+                keep = (", or keep the global batch with " + option("gradient_accumulation_steps", old_b * old_k // new_b)
                         if (old_b * old_k) % new_b == 0 else "")
                 raise ConfigError(
                     f"resume: per_device_train_batch_size was {old_b} in {where}, this run has {new_b}: the global "

@@ -159,10 +159,10 @@ def _cmd_launch(ns) -> int:
     from ..capabilities import check_gpus
 
     check_gpus(ns.gpus)  # as ptrain run does: one line, nothing launched
+    check_log_dir(ns.log_dir or "log")
     from ..checkpoint.lock import JOB_ENV, job_key
 
     # the job's identity for its ranks and restarts: the new rank 0 of an elastic restart, on another node or
     # in another container, takes its own job's lock over at once instead of waiting for the lease
     os.environ.setdefault(JOB_ENV, job_key(ns.job_id, ns.master, ns.ips))
-    check_log_dir(ns.log_dir or "log")
     return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")

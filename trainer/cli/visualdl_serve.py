@@ -24,6 +24,8 @@ import os
 import sys
 from typing import List, Optional
 
+from ..errors import ConfigError
+
 FALLBACK = "en;q=0.001"
 
 
@@ -70,12 +72,10 @@ def logdirs(argv: List[str]) -> List[str]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``). A ``--logdir`` that
     does not exist is one ConfigError line (visualdl would serve an empty board)."""
-    from ..errors import ConfigError
-
     argv = sys.argv[1:] if argv is None else argv
     for folder in logdirs(argv):
         if not os.path.isdir(folder):
-            raise ConfigError(f"--logdir {folder}: no such folder: give a run's output_dir (its visualdl/ holds the "
+            raise ConfigError(f"--logdir {folder}: not a folder: give a run's output_dir (its visualdl/ holds the "
                               "records), e.g. ptrain visualdl --logdir runs/digits-demo")
     from visualdl.server import app as vdl
 

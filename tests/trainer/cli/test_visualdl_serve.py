@@ -79,4 +79,4 @@ def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path):
                           text=True, timeout=patience(120))
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
-    assert done.stderr.startswith("ptrain: error: --logdir runs/typo: no such folder")
+    assert done.stderr.startswith("ptrain: error: --logdir runs/typo: not a folder")
