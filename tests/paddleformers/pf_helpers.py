@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,14 +51,19 @@ def run_script(tmp, name: str, ours: bool, argv: list, nproc: int = 1, script: s
     out = os.path.join(str(tmp), name)
     args = [*map(str, argv), "--output_dir", out]
     if nproc > 1:
-        from helpers import free_port
+        from helpers import free_port, run_launch
 
         logs = os.path.join(str(tmp), f"{name}-logs")
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
                "--master", f"127.0.0.1:{free_port()}", "--log_dir", logs, path, *args]
+        # launched again only after a failure of paddle's own (its group rendezvous raced, or a rank died of a
+        # signal with nothing in its log: seen in CI at a rank's exit, after the script had written everything),
+        # each attempt from an empty output directory
+        proc = run_launch(cmd, logs, env(), timeout, cwd=str(tmp),
+                          before_retry=lambda: shutil.rmtree(out, ignore_errors=True))
     else:
         logs, cmd = None, [sys.executable, path, *args]
-    proc = subprocess.run(cmd, cwd=str(tmp), env=env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=str(tmp), env=env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         detail = proc.stderr[-3000:]
         if logs:

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -21,16 +22,27 @@ sys.path.insert(0, SCRIPTS)
 from sft_data import chats, make_tokenizer, write_config  # noqa: E402
 
 
+def _empty_but_logs(out):
+    for entry in out.iterdir():
+        if not entry.name.startswith("log"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
 def run_sft(which, out, *flags, nproc=1, script="sft_llama.py"):
     """The SFT script's RESULT (rank 0's) from a real run: one process, or paddle's launcher with two."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, SCRIPTS]))
     path = os.path.join(SCRIPTS, script)
     if nproc == 1:
         cmd = [sys.executable, path, which, str(out), *flags]
+        proc = subprocess.run(cmd, env=env, cwd=SCRIPTS, capture_output=True, text=True, timeout=900)
     else:
+        from helpers import run_launch
+
         cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(out / "log"),
                "--nproc_per_node", str(nproc), path, which, str(out), *flags]
-    proc = subprocess.run(cmd, env=env, cwd=SCRIPTS, capture_output=True, text=True, timeout=900)
+        # again only after a failure of paddle's own (helpers.run_launch), from an output folder emptied but for
+        # the failed attempt's logs
+        proc = run_launch(cmd, str(out / "log"), env, 900, cwd=SCRIPTS, before_retry=lambda: _empty_but_logs(out))
     text = proc.stdout + proc.stderr
     if nproc > 1 and (out / "log" / "workerlog.0").exists():
         text += (out / "log" / "workerlog.0").read_text(errors="replace")
