@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -254,11 +253,8 @@ _STORE_FAILED = ("CreateOrGetGlobalTCPStore", "uv__finish_close")
 
 
 def _launch_once(a) -> dict:
-    tmp = tempfile.mkdtemp(prefix="bench-allreduce-")
-    try:
-        return _launch_in(a, tmp)
-    finally:  # the ranks' logs are in the error, when there is one
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="bench-allreduce-", ignore_cleanup_errors=True) as tmp:
+        return _launch_in(a, tmp)  # the ranks' logs are in the error, when there is one
 
 
 def _launch_in(a, tmp: str) -> dict:

@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,11 +103,8 @@ def card_worker(out_dir: str, device: str) -> None:
 
 
 def _launch_cards(devices: Optional[str], nproc: Optional[int], device: str) -> List[dict]:
-    out = tempfile.mkdtemp(prefix="gpu-check-card-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="gpu-check-card-", ignore_cleanup_errors=True) as out:
         return _cards_in(out, devices, nproc, device)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def _cards_in(out: str, devices: Optional[str], nproc: Optional[int], device: str) -> List[dict]:

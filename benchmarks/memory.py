@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -252,11 +251,8 @@ def launch(a, mode: str, layers: int, limit_mib: int = 0, timeout: float = 1800,
 
 
 def _launch_once(a, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):
-    tmp = tempfile.mkdtemp(prefix="bench-memory-")
-    try:
-        return _launch_in(a, tmp, mode, layers, limit_mib, timeout, last)
-    finally:  # the ranks' logs are in the error, when there is one
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="bench-memory-", ignore_cleanup_errors=True) as tmp:
+        return _launch_in(a, tmp, mode, layers, limit_mib, timeout, last)  # the ranks' logs are in the error
 
 
 def _launch_in(a, tmp: str, mode: str, layers: int, limit_mib: int, timeout: float, last: bool):

@@ -47,7 +47,6 @@ import json
 import os
 import re
 import signal
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -347,12 +346,9 @@ def run_model(model: str, args, workdir: str) -> dict:
 
 
 def run(args) -> dict:
-    workdir = tempfile.mkdtemp(prefix="ptrain-serve-bench-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="ptrain-serve-bench-", ignore_cleanup_errors=True) as workdir:
         return {"models": [run_model(m, args, workdir) for m in args.models], "max_delay_ms": args.max_delay_ms,
                 "max_batch": args.max_batch_size}
-    finally:  # the exported models and the servers' folders
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _median_point(points: List[dict]) -> dict:

@@ -129,18 +129,19 @@ def _cmd_inspect(path: str) -> int:
 def _cmd_run(ns, extra: List[str], argv: List[str]) -> int:
     task, options, args = resolve_run(ns.task, ns.recipe, ns.config, extra)  # validate before any heavy work
     check_launch_flags(ns)
+    log_dir = ns.log_dir or os.path.join(args.output_dir, "launch_logs")
     if wants_launch(ns):  # what this build cannot run on the processes about to start: one line, nothing launched
         from ..capabilities import check_launch
 
         check_launch(args, _launch_world_size(ns), ns.gpus)
-        check_log_dir(ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
+        check_log_dir(log_dir)
     if ns.dry_run:
         return run_here(task, options, args, dry_run=True)
     from ..checkpoint.output_dir import claim_for_command
 
     with claim_for_command(args, ns):  # one job owns output_dir until this command's last line
         if wants_launch(ns):
-            return launch_with_restarts(ns, run_target(argv), ns.log_dir or os.path.join(args.output_dir, "launch_logs"))
+            return launch_with_restarts(ns, run_target(argv), log_dir)
         return run_here(task, options, args, dry_run=False)
 
 
@@ -158,11 +159,12 @@ def _cmd_launch(ns) -> int:
         raise ConfigError(f"{ns.script} does not exist: ptrain launch [launcher flags] SCRIPT [ARGS...]")
     from ..capabilities import check_gpus
 
+    log_dir = ns.log_dir or "log"
     check_gpus(ns.gpus)  # as ptrain run does: one line, nothing launched
-    check_log_dir(ns.log_dir or "log")
+    check_log_dir(log_dir)
     from ..checkpoint.lock import JOB_ENV, job_key
 
     # the job's identity for its ranks and restarts: the new rank 0 of an elastic restart, on another node or
     # in another container, takes its own job's lock over at once instead of waiting for the lease
     os.environ.setdefault(JOB_ENV, job_key(ns.job_id, ns.master, ns.ips))
-    return launch_with_restarts(ns, [ns.script, *ns.script_args], ns.log_dir or "log")
+    return launch_with_restarts(ns, [ns.script, *ns.script_args], log_dir)

@@ -112,7 +112,7 @@ def convert_args(pargs: Any, origin: str = "paddlenlp"):
             elif _is_set(f, value, reference) and renamed[name] not in ours:
                 dropped.append(name)
             continue
-        if name in SWITCHES and carried:
+        if origin == "paddleformers" and name in SWITCHES:
             continue  # carried below, as a word of our *_parallel_config (PaddleNLP's spelling, and ours)
         if name in carried:  # recompute_granularity (any value: its Trainer recomputes), ddp_find_unused_parameters
             values[carried[name]] = value is not None and value is not False

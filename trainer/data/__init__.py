@@ -28,5 +28,5 @@ from .loader import InProcessLoader, SeededDataset, close_iterator, dataset_leng
 from .samplers import InterleavedEvalSampler, ResumableDistributedBatchSampler, ShardedEvalSampler
 from .worker_batches import abandon_iterator
 
-__all__ = ["InProcessLoader", "InterleavedEvalSampler", "ResumableDistributedBatchSampler", "SeededDataset", "ShardedEvalSampler",
-           "abandon_iterator", "close_iterator", "dataset_length", "make_loader", "shutdown_workers"]
+__all__ = ["InProcessLoader", "InterleavedEvalSampler", "ResumableDistributedBatchSampler", "SeededDataset",
+           "ShardedEvalSampler", "abandon_iterator", "close_iterator", "dataset_length", "make_loader", "shutdown_workers"]

@@ -147,7 +147,6 @@ class ShardedEvalSampler(BatchSampler):
         return int(math.ceil((self.stop - self.start) / self.batch_size))
 
 
-
 class InterleavedEvalSampler(BatchSampler):
     """Rank ``rank`` of ``num_replicas`` reads samples ``rank, rank + num_replicas, ...``, in batches: PaddleFormers'
     evaluation order on several processes (its ``MappingDistributedBatchSampler`` without shuffling), every sample
