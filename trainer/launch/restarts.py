@@ -17,6 +17,7 @@ failed, left, or joined). Those in-launcher restarts count against the same budg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -101,9 +102,12 @@ def _launch_until_done(ns, target: List[str], log_dir: str, log: ConsoleLog) -> 
             code, first_failed = run_launcher(cmd, env, log, quiet=not getattr(ns, "verbose", False))
             records = read_failures(failures)
             _keep_tracebacks(failures, log_dir)
-        finally:
+            outcome = _read_status(status_file)
+        finally:  # a Ctrl-C or SIGTERM through the launcher leaves neither behind in the temporary folder
             shutil.rmtree(failures, ignore_errors=True)
-        outcome = _read_status(status_file)
+            if status_file:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(status_file)
         used += outcome.get("restarts", 0)
         if code == 0:
             log.say(f"ptrain: the job completed; the workers' logs and this console are in {log_dir}")
@@ -178,11 +182,6 @@ def _read_status(path: Optional[str]) -> dict:
         return json.loads(text) if text.strip() else {}
     except (OSError, ValueError):
         return {}
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
 
 
 def rerun_command(argv: Optional[List[str]] = None) -> str:
