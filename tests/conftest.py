@@ -7,6 +7,7 @@ resolve to the packages and never to the ``tests/trainer`` or
 
 import importlib.metadata
 import os
+import signal
 import sys
 
 import pytest
@@ -17,6 +18,21 @@ sys.path.insert(0, os.path.dirname(TESTS))
 sys.path.append(TESTS)
 
 from patience import patience  # noqa: E402 - needs tests/ on sys.path
+
+
+def _as_from_a_terminal() -> None:
+    """The stop signals as a terminal's shell starts a command: handled or at their defaults, never ignored.
+
+    A suite started by a script as ``cmd &`` runs with SIGINT ignored, under ``nohup`` with SIGHUP ignored, and an
+    ignored signal stays ignored across ``exec``: every ``ptrain`` the tests start would keep it ignored, as it
+    should (``trainer.process.IGNORED_AT_START``), and the tests that send it would wait in vain. Before any
+    module of ours reads them; xdist's workers start from this process and inherit the defaults."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+
+
+_as_from_a_terminal()
 
 
 def _compiled_once() -> None:

@@ -17,7 +17,8 @@ signalled or killed first (docs/how-to/preemption.md):
 - :func:`install_startup_handlers` makes the stop signals (:data:`STOP_SIGNALS`:
   SIGTERM, SIGHUP = SIGTERM, SIGINT, SIGUSR1) end a process that has not
   started training yet at once with 128 + the signal number (143, 143, 130,
-  138): there is nothing to save before ``fit()``. A watcher thread
+  138): there is nothing to save before ``fit()``. A signal the process started with ignored (``nohup``'s
+  SIGHUP, a background ``cmd &``'s SIGINT: :data:`IGNORED_AT_START`) stays ignored. A watcher thread
   fed by ``signal.set_wakeup_fd`` enforces it even when the main thread sits
   in C++ code that never returns to Python (e.g. a rendezvous).
 - :func:`guard_console`: ``ptrain``'s stdout and stderr survive a closed pipe (``ptrain ... | tee log``
@@ -50,6 +51,17 @@ STARTUP_EXIT_SECONDS = 3.0  # a signal during start-up ends the process within t
 #: the signals that stop a job gracefully (checkpoint, then exit): SIGTERM and SIGHUP (a closed terminal, the
 #: same as SIGTERM), SIGINT (Ctrl-C), SIGUSR1 (Slurm's ``--signal=USR1@N``: checkpoint now, then requeue)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+#: the stop signals this process started with ignored: ``nohup`` ignores SIGHUP (the terminal may close), a
+#: script's ``cmd &`` SIGINT. They stay ignored, as POSIX asks of a program that catches signals (and as Python
+#: does for SIGINT); read when this module is first imported, before any handler of ours
+IGNORED_AT_START = frozenset(s for s in STOP_SIGNALS if signal.getsignal(s) == signal.SIG_IGN)
+
+
+def handled(signals=STOP_SIGNALS) -> tuple:
+    """The signals of ``signals`` this process may catch: those it did not start with ignored."""
+    return tuple(s for s in signals if s not in IGNORED_AT_START)
+
+
 #: the exit code after SIGUSR1: the checkpoint is saved, requeue the job (docs/how-to/preemption.md); never
 #: restarted by --max_restarts (the allocation is about to end)
 REQUEUE_EXIT = 128 + signal.SIGUSR1
@@ -207,7 +219,7 @@ def install_startup_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     _STARTUP.active = True
-    for sig in STOP_SIGNALS:
+    for sig in handled():
         signal.signal(sig, _STARTUP.handler)
         signal.siginterrupt(sig, False)  # SA_RESTART: paddle's C++ fails on EINTR instead of retrying
     if WATCHER.start():

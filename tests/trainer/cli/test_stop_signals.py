@@ -18,9 +18,9 @@ from patience import patience
 from trainer.checkpoint.manifest import verify
 
 
-def start(tmp_path, *flags):
+def start(tmp_path, *flags, wrapper=()):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainer.cli", "run", "digits", "--output_dir", str(out), "--max_steps", "100000",
+    cmd = [*wrapper, sys.executable, "-m", "trainer.cli", "run", "digits", "--output_dir", str(out), "--max_steps", "100000",
            "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no", "--disable_tqdm", "true",
            *flags]
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
@@ -76,3 +76,25 @@ def test_save_on_preemption_false_saves_nothing_and_says_so(tmp_path):
     assert "would start fresh" in line and "checkpoint saved" not in line
     assert not (out / ".ptrain.lock").exists()
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["step"] >= 5
+
+
+def test_under_nohup_a_closed_terminal_does_not_stop_the_run(tmp_path):
+    """``nohup ptrain run ... &``: nohup starts ptrain with SIGHUP ignored, and it stays ignored (the run goes on when
+    the terminal closes); SIGTERM still saves and stops. Without nohup the same SIGHUP stops it (the test above)."""
+    proc, out = start(tmp_path, "--save_strategy", "no", wrapper=["nohup"])
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + patience(120)
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
+        p.send_signal(signal.SIGHUP)  # the terminal closing: every process of the session gets it
+    rows = len(metrics.read_text().splitlines())
+    while len(metrics.read_text().splitlines()) < rows + 3:  # 15 more steps logged after the SIGHUP
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    stderr = signal_when_training(proc, out, signal.SIGTERM)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "received SIGHUP" not in stderr and "received SIGTERM" in stderr, stderr[-3000:]
+    (step,) = saved_steps(out)
+    verify(str(out / "checkpoints" / f"step-{step}"))
