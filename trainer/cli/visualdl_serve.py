@@ -49,44 +49,28 @@ class LanguageFallback:
         return self.app(environ, start_response)
 
 
-def logdirs(argv: List[str]) -> List[str]:
-    """The folders ``--logdir`` names (visualdl takes several after one flag, and ``--logdir=DIR``).
-
-    >>> logdirs(["--logdir", "a", "b", "--port", "8040"]), logdirs(["--logdir=runs/x"]), logdirs(["--port", "1"])
-    (['a', 'b'], ['runs/x'], [])
-    """
-    found, taking = [], False
-    for token in argv:
-        if token.startswith("--logdir="):
-            found.append(token.split("=", 1)[1])
-            taking = False
-        elif token == "--logdir":
-            taking = True
-        elif token.startswith("-"):
-            taking = False
-        elif taking:
-            found.append(token)
-    return found
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``). A ``--logdir`` that
     does not exist is one ConfigError line (visualdl would serve an empty board)."""
     argv = sys.argv[1:] if argv is None else argv
-    for folder in logdirs(argv):
-        if not os.path.isdir(folder):
-            raise ConfigError(f"--logdir {folder}: not a folder: give a run's output_dir (its visualdl/ holds the "
-                              "records), e.g. ptrain visualdl --logdir runs/digits-demo")
     from visualdl.server import app as vdl
 
-    create_app = vdl.create_app
+    parse_args, create_app = vdl.parse_args, vdl.create_app
+
+    def parse_args_and_check():  # visualdl's own parser (--logdir takes several folders, or --logdir=DIR)
+        args = parse_args()
+        for folder in args.get("logdir") or []:
+            if not os.path.isdir(folder):
+                raise ConfigError(f"--logdir {folder}: not a folder: give a run's output_dir (its visualdl/ holds "
+                                  "the records), e.g. ptrain visualdl --logdir runs/digits-demo")
+        return args
 
     def create_app_with_fallback(args):
         app = create_app(args)
         app.wsgi_app = LanguageFallback(app.wsgi_app)
         return app
 
-    vdl.create_app = create_app_with_fallback  # visualdl's _run looks it up at call time
+    vdl.parse_args, vdl.create_app = parse_args_and_check, create_app_with_fallback  # looked up at call time
     _stop_on_signals()
     sys.argv = ["visualdl", *argv]
     vdl.main()

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 from helpers import REPO, free_port
 from patience import patience
 
@@ -71,10 +72,13 @@ def test_docstring_examples_run():
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("flags", [["--logdir", "runs/typo"], ["--logdir=runs/typo"], ["--logdir", "runs", "runs/typo"]],
+                         ids=["one", "equals", "second-of-two"])
+def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path, flags):
     """visualdl itself serves an empty board for a folder that is not there (a typo looks like a run with no
-    records): refused, one line naming it, exit 2, no server."""
-    done = subprocess.run([sys.executable, "-m", "trainer.cli", "visualdl", "--logdir", "runs/typo", "--port",
+    records): refused, one line naming it, exit 2, no server. The folders as visualdl's own parser reads them."""
+    (tmp_path / "runs").mkdir()
+    done = subprocess.run([sys.executable, "-m", "trainer.cli", "visualdl", *flags, "--port",
                            str(free_port())], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
                           text=True, timeout=patience(120))
     assert done.returncode == 2, done.stderr[-2000:]
