@@ -121,6 +121,19 @@ def test_on_save_hf_fires_when_paddleformers_does_and_what_it_saved_loads(tmp_pa
     assert any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(first.parameters(), last.parameters()))
 
 
+def test_save_hf_total_limit_keeps_the_newest_hf_checkpoints_as_paddleformers_does(tmp_path):
+    """hf saves at steps 2, 4 and 6 with save_hf_total_limit 2: both Trainers keep hf_checkpoint-4 and -6 (the
+    older one removed after step 6's save), and on_save_hf fired at each of the three steps."""
+    argv = [a for a in BASE_ARGS] + ["--save_hf_steps", "2", "--save_steps", "6", "--save_hf_total_limit", "2"]
+    argv[argv.index("--save_strategy") + 1] = "steps"
+    theirs = run_script(tmp_path, "theirs", False, argv)
+    ours = run_script(tmp_path, "ours", True, argv)
+    saved = [h for h in read_logs(theirs)["hooks"] if h[0] == "on_save_hf"]
+    assert saved == [h for h in read_logs(ours)["hooks"] if h[0] == "on_save_hf"] == [["on_save_hf", s] for s in (2, 4, 6)]
+    assert sorted(d for d in os.listdir(ours) if d.startswith("hf_checkpoint")) == \
+        sorted(d for d in os.listdir(theirs) if d.startswith("hf_checkpoint")) == ["hf_checkpoint-4", "hf_checkpoint-6"]
+
+
 def test_its_model_defaults_train_on_cpu_with_recompute(tmp_path, caplog):
     """A PaddleFormers Llama with its config's defaults (fuse_rms_norm=True: a GPU kernel) fails at the first step
     under its own Trainer on CPU; ours turns the fused norm off, says so once, and trains, recomputing its blocks

@@ -27,8 +27,8 @@ Kinds, as in ``trainer.args.fields_table`` (PaddleNLP's table) with three more:
   off) cannot be honoured and would change the numbers or crash later: the door refuses it in one line
   (``ConfigError`` naming the field; exit 2 under ``ptrain launch``), before anything is built.
 
-Counts (paddleformers 1.2.0, 236 fields): has its effect 110 (same 48, renamed 23, default 14, recipe 8,
-script 17), warned when set 118 (ignored 27, unsupported 91), refused 8 (``tests/paddleformers/test_pf_fields.py`` checks them).
+Counts (paddleformers 1.2.0, 236 fields): has its effect 111 (same 48, renamed 23, default 14, recipe 9,
+script 17), warned when set 117 (ignored 27, unsupported 90), refused 8 (``tests/paddleformers/test_pf_fields.py`` checks them).
 
 Data only, importing nothing but PaddleNLP's table (``AS_PADDLENLP``: its rows that hold as they are). Read by
 ``trainer.compat.args_convert`` (the conversion at the door) and ``trainer.compat.table`` (the table of
@@ -250,7 +250,7 @@ FIELDS: Dict[str, Tuple[str, str]] = {
     "aoa_config": ("unsupported", "FlexCheckpoint's weight mapping: " + _CKPT),
     "load_via_cpu": ("ignored", "checkpoints load through host memory here"),
     "save_hf_steps": ("recipe", "with save_strategy steps: every N steps the model is saved as save_model() saves it into hf_checkpoint-<step> and a PaddleFormers callback's on_save_hf fires, as in PaddleFormers (the callback adapter)"),
-    "save_hf_total_limit": ("unsupported", "save_hf_steps' hf_checkpoint-<step> directories are all kept"),
+    "save_hf_total_limit": ("recipe", "after each of save_hf_steps' saves the newest N hf_checkpoint-<step> directories are kept and the older removed, as in PaddleFormers (the callback adapter)"),
     "save_last_step": ("unsupported", "a converted run saves on save_steps only, as under PaddleFormers' default; with our TrainingArguments flush_at_end (default true) saves the last step"),
     "save_hf_memory_growth_threshold": ("ignored", "a memory bound of PaddleFormers' own Hugging Face-format saver; " + _PERF),
     "hybrid_parallel_expert_grad_scale": ("unsupported", _MOE),

@@ -26,6 +26,7 @@ import datetime
 import json
 import logging
 import os
+import shutil
 from typing import Optional
 
 from callbacks.base import Callback
@@ -198,6 +199,22 @@ class PaddleNLPAPI:
     def save_hf_checkpoint(self) -> str:
         """PaddleFormers' hf checkpoint: ``save_model`` into ``<output_dir>/hf_checkpoint-<step>``."""
         return self.save_model(os.path.join(self.args.output_dir, f"hf_checkpoint-{self.state.global_step}"))
+
+    def rotate_hf_checkpoints(self, limit: Optional[int]) -> list:
+        """Keep the newest ``limit`` ``hf_checkpoint-<step>`` folders of ``output_dir`` and remove the older ones
+        (PaddleFormers' ``save_hf_total_limit``, after each hf save, on each node's first process; None or <= 0:
+        keep all). The folders removed, oldest first."""
+        if not limit or limit <= 0 or not self.is_local_process_zero():
+            return []
+        root = self.args.output_dir
+        steps = sorted(int(n.split("-", 1)[1]) for n in os.listdir(root)
+                       if n.startswith("hf_checkpoint-") and n.split("-", 1)[1].isdigit()
+                       and os.path.isdir(os.path.join(root, n)))
+        removed = [os.path.join(root, f"hf_checkpoint-{s}") for s in steps[:max(0, len(steps) - int(limit))]]
+        for path in removed:
+            logger.info("removing the older hf checkpoint %s (save_hf_total_limit %d)", path, limit)
+            shutil.rmtree(path, ignore_errors=True)  # a shared disk: another node's first process may be at it
+        return removed
 
     def metrics_format(self, metrics: dict) -> dict:
         """Metrics for people: runtimes as h:mm:ss.ss, floats rounded to 4 places."""

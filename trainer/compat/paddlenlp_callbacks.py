@@ -56,7 +56,8 @@ on_save_hf               (PaddleFormers) last in a step whose control     the ne
                          to ``<output_dir>/hf_checkpoint-<step>``; as
                          PaddleFormers 1.2, only with
                          ``save_checkpoint_format="flex_checkpoint"`` (its
-                         default)
+                         default); then ``save_hf_total_limit`` keeps
+                         the newest N such folders
 =======================  ===============================================  ====================
 
 Not fired: ``on_load_data_end`` (no per-batch event here).
@@ -218,6 +219,7 @@ class PaddleNLPCallbacks(ForeignCallbacks):
             if getattr(self.paddlenlp_args, "save_checkpoint_format", "flex_checkpoint") == "flex_checkpoint":
                 trainer.save_hf_checkpoint()
                 self.call(trainer, "on_save_hf")
+                trainer.rotate_hf_checkpoints(getattr(self.paddlenlp_args, "save_hf_total_limit", None))
 
     def _save_hf_due(self, trainer):
         """PaddleFormers' rule for ``should_save_hf`` at this step (None: not a PaddleFormers run)."""
