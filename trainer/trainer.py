@@ -151,6 +151,7 @@ class Trainer(PaddleNLPAPI):
         # every checkpoint, compared on resume. {"source": str, "fields": {name: value}, "may_change": {name: why},
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
+        self.frozen_base: Optional[dict] = None  # trainer.layout.adapters.frozen_base, read by fit()
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
         self._eval_loaders: dict = {}  # id(dataset) -> (dataset, loader) with persistent workers, during fit()
         self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
@@ -377,7 +378,7 @@ class Trainer(PaddleNLPAPI):
         set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
         begin_fit(self.train_dataset, a.data_fingerprint)  # what the files' fingerprint may reuse; content needs files
-        resume = prepare_resume(self, resume)
+        resume = prepare_resume(self, resume)  # also reads a LoRA model's frozen base (trainer.frozen_base)
         loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()
         if self.optimizer is None:

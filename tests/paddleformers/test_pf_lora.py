@@ -117,19 +117,22 @@ def test_a_resume_with_the_adapter_built_otherwise_is_refused_in_one_line(run, t
         train(tmp_path, resume=str(out / "checkpoints" / "step-5"), model=tiny_llama())
 
 
-def test_the_checkpoint_holds_the_whole_model_the_adapters_moments_and_the_adapter(run):
+def test_the_checkpoint_holds_the_adapter_its_moments_and_a_record_of_the_frozen_base(run):
     out, _, trainer = run
     ckpt = out / "checkpoints" / "step-10"
     model_header, _ = safetensors_header(str(ckpt / "model.safetensors"))
     opt_header, _ = safetensors_header(str(ckpt / "optimizer.safetensors"))
-    assert set(model_header) - {"__metadata__"} == set(trainer.model.state_dict())  # the base too: self-contained
     lora = {k for k in trainer.model.state_dict() if "lora_" in k}
+    assert set(model_header) - {"__metadata__"} == lora  # what training changes; the base is the script's to load
     moments = {k for k in opt_header if k.startswith("param:")}
     assert {name for name in lora if any(k.startswith(f"param:{name}_") for k in moments)} == lora
     assert all(any(k.startswith(f"param:{name}_") for name in lora) for k in moments)  # no frozen weight's moments
     with open(ckpt / "trainer.json", encoding="utf-8") as f:
-        adapter = json.load(f)["adapter"]
+        meta = json.load(f)
+    adapter, base = meta["adapter"], meta["frozen_base"]
     params = list(trainer.model.parameters())
+    frozen = [p for p in params if p.stop_gradient]
+    assert (base["tensors"], base["elements"]) == (len(frozen), sum(int(np.prod(p.shape)) for p in frozen))
     assert adapter["type"] == "LoRA" and adapter["r"] == 4 and adapter["lora_alpha"] == 8
     assert adapter["scaling"] == 2.0 and adapter["target_modules"] == TARGETS and adapter["adapted_layers"] == 4
     assert adapter["trainable_parameters"] == sum(int(np.prod(p.shape)) for p in params if not p.stop_gradient)
@@ -189,6 +192,13 @@ def test_ptrain_inspect_shows_the_adapter(run):
                                capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0, shown.stderr
         assert line in " ".join(shown.stdout.split()), shown.stdout
+    frozen = [p for p in params if p.stop_gradient]
+    base = (f"frozen base: not saved here ({len(frozen)} tensors, {sum(int(np.prod(p.shape)) for p in frozen):,} "
+            "values; the resuming script loads it, checked against its recorded digest)")
+    assert base in " ".join(shown.stdout.split()), shown.stdout  # the checkpoint's details (the loop's last)
+    with open(os.path.join(REPO, "docs", "how-to", "lora.md"), encoding="utf-8") as f:
+        page = " ".join(f.read().split())
+    assert line in page and base in page  # the page shows what inspect prints for its model
 
 
 def _page_commands(path: str) -> list:

@@ -9,11 +9,11 @@ import paddle
 
 from .. import distributed as dist
 from ..errors import ConfigError, DataError
-from ..layout.adapters import set_state
+from ..layout.adapters import frozen_base, frozen_tensor_ids, set_state
 from ..layout.slices import sliced_optimizer_state, split_parameters
 from ..layout.stages import own_names
 from .manifest import VerifiedCheckpoint, read_verified
-from .resume import plan_world_size
+from .resume import check_frozen_base, plan_world_size
 from .rng import set_rng_state
 from .snapshot import join_optimizer_state, param_name_map
 from .store import resolve_read
@@ -38,12 +38,14 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         model_state, opt_tensors = trainer.layout.local_state(trainer.model, model_state, opt_tensors)
     except ValueError as exc:
         raise DataError(f"checkpoint {resolved} cannot be split for this run: {exc}") from None
-    _check_model(own, model_state, resolved)
+    kept = _frozen_left_out(trainer.model, own, model_state, meta)
+    _check_model({k: v for k, v in own.items() if k not in kept}, model_state, resolved)
     try:
         adapt_to_world_size(trainer, meta)
         # an adapter's tensors go to its inner model (its own set_state_dict would skip them: layout.adapters)
         set_state(trainer.model, own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
-                                                           for k, v in model_state.items()}))
+                                                           for k, v in model_state.items()}),
+                  may_miss=set(own_names(trainer.model, dict.fromkeys(kept))))
         names = param_name_map(trainer.model)
         opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
         trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
@@ -71,6 +73,16 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
     return resolved
 
 
+def _frozen_left_out(model, own: dict, model_state: dict, meta: dict) -> set:
+    """The names of ``own`` (this model's tensors) a LoRA checkpoint left out as its frozen base
+    (``meta["frozen_base"]``: ``trainer.layout.adapters.frozen_base``): they keep the values the script loaded.
+    Only frozen parameters of this model qualify; any other missing tensor is still a mismatch."""
+    if not meta.get("frozen_base"):
+        return set()
+    frozen = frozen_tensor_ids(model)
+    return {k for k, v in own.items() if k not in model_state and id(v) in frozen}
+
+
 def _check_model(own: dict, model_state: dict, resolved: str) -> None:
     missing = sorted(set(own) - set(model_state))
     unexpected = sorted(set(model_state) - set(own))
@@ -90,11 +102,16 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
 
         load_weights(model, "out/checkpoints/step-1000")
         Trainer(model, TrainingArguments(output_dir="out"), train_dataset=data).export()
+
+    A LoRA run's checkpoint holds the adapter without its frozen base: ``model`` is the LoRA model built on the
+    base the run started from (its weights loaded), and a base that differs is refused (ConfigError).
     """
     ckpt = read_verified(path)
     own = model.state_dict()
-    _check_model(own, ckpt.model_state, ckpt.path)
-    set_state(model, {k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()})
+    kept = _frozen_left_out(model, own, ckpt.model_state, ckpt.meta)  # a LoRA checkpoint: the base is the model's
+    _check_model({k: v for k, v in own.items() if k not in kept}, ckpt.model_state, ckpt.path)
+    check_frozen_base(frozen_base(model), ckpt.meta, ckpt.path)
+    set_state(model, {k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()}, may_miss=kept)
     return ckpt.path
 
 

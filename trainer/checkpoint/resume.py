@@ -50,6 +50,7 @@ from ..data.iterable import is_iterable
 from ..data.loader import dataset_length
 from ..errors import ConfigError, DataError, option
 from ..layout.adapters import describe as describe_adapter
+from ..layout.adapters import frozen_base
 from . import RESUME_ENV
 from .fingerprint import checked, data_changes, data_fingerprint
 from .manifest import VerifiedCheckpoint, check_meta
@@ -85,7 +86,10 @@ _FRESH = "or start a fresh run in another output_dir"
 def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoint]:
     """Resolve ``resume`` (a path or ``auto``), check this run against the checkpoint and set the
     accumulation a new world size needs. Returns the checkpoint to load, already read and verified
-    (the load applies it without reading it again), or None (fresh start)."""
+    (the load applies it without reading it again), or None (fresh start). First, whether resuming or not, it
+    reads what this run's checkpoints record of a LoRA model's frozen base in place of its tensors
+    (``trainer.frozen_base``: :func:`trainer.layout.adapters.frozen_base`), before the layout casts or slices it."""
+    trainer.frozen_base = frozen_base(trainer.model)
     if not resume:
         return None
     ckpt = resolve_read(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
@@ -102,6 +106,7 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     trainer.accumulation_adapted = data_world_size(meta) != readers or bool(meta.get("accumulation_adapted"))
     check_identity(getattr(trainer, "run_identity", None) or {}, meta, path)
     check_adapter(trainer.model, meta, path)
+    check_frozen_base(trainer.frozen_base, meta, path)
     check_resume(trainer.args, meta, n, readers, path)
     check_data(trainer.train_dataset, meta, path, trainer.args.resume_allow_data_change, trainer.args.data_fingerprint)
     _warn_uneven_epoch(meta, n, readers)
@@ -312,6 +317,24 @@ def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> 
 
 #: what defines a LoRA adapter's training (trainer.layout.adapters.describe): a change is refused on resume
 ADAPTER_FIELDS = ("r", "lora_alpha", "scaling", "lora_dropout", "rslora", "target_modules", "adapted_layers")
+
+
+def check_frozen_base(base: Optional[dict], meta: dict, path: str = "the checkpoint") -> None:
+    """Refuse (ConfigError, one line) to resume a checkpoint that holds a LoRA adapter without its frozen base
+    onto another base: other tensors (names, shapes, dtypes) or other values (its digest of sampled values,
+    ``trainer.layout.adapters.frozen_base``). A checkpoint that holds every tensor has nothing to check."""
+    saved = meta.get("frozen_base")
+    if not saved or base is None:  # every tensor saved; or a model without an adapter (check_adapter refuses it)
+        return
+    if base["names"] != saved["names"]:
+        raise ConfigError(f"resume: checkpoint {path} holds the LoRA adapter without its frozen base, which had "
+                          f"{saved['tensors']} tensors of {saved['elements']:,} values; this run's base has "
+                          f"{base['tensors']} of {base['elements']:,} (or other names, shapes or dtypes): build "
+                          "the model from the base model the run started from")
+    if base["values"] != saved["values"]:
+        raise ConfigError(f"resume: the frozen base model's weights differ from those checkpoint {path} was "
+                          "trained on (the checkpoint holds the LoRA adapter only): load the base model the run "
+                          "started from (the same from_pretrained weights) before resuming")
 
 
 def check_adapter(model, meta: dict, path: str = "the checkpoint") -> None:

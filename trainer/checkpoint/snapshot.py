@@ -104,6 +104,10 @@ def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
     model, layout = trainer.model, trainer.layout
     names = {**param_name_map(model), **layout.slice_names(model)}  # with sharding stage 3's sliced parameters
     model_live = layout.whole_state(model)  # what this rank holds, under the whole model's names
+    base = _frozen_base(trainer)
+    if base is not None:  # a LoRA run: its frozen base is recorded, not saved (adapters.frozen_base)
+        frozen = adapters.frozen_tensor_ids(model)
+        model_live = {k: v for k, v in model_live.items() if id(v) not in frozen}
     opt_live, opt_scalars = _split_optimizer_state(trainer.optimizer.state_dict(), names, convert=lambda t: t)
     slices = layout.saved_blocks(model, model_live, opt_live)  # the pieces this rank holds of split tensors
     held = holdings(model_live, opt_live)
@@ -127,6 +131,7 @@ def snapshot(trainer, buffers: Optional[HostBuffers] = None) -> dict:
     elif not dist.is_main_process():
         return {}
     meta = _meta(trainer, opt_scalars, [r["rng"] for r in ranks], loss_window)
+    meta["frozen_base"] = base
     meta["layout"] = {"world_size": trainer.world_size, "sharded": sharded,
                       **_plain(layout.describe())}
     if sharded:
@@ -165,6 +170,16 @@ def _meta(trainer, opt_scalars: dict, rank_states: list, loss_window: Optional[d
         "data_fingerprint": data_fingerprint(trainer.train_dataset, trainer.args.data_fingerprint),  # compared on resume (fingerprint.py)
         "adapter": adapters.describe(trainer.model),  # a LoRA model's rank, alpha, targets, counts; else None
     }
+
+
+def _frozen_base(trainer) -> Optional[dict]:
+    """What a checkpoint records of an adapter model's frozen base in place of its tensors (read by ``fit()``
+    before the layout; here for a save outside it), or None: every tensor is saved. Sharding stage 3 holds the
+    base in slices: saved whole there."""
+    if not adapters.is_adapter(trainer.model) or trainer.layout.sharding_stage == 3:
+        return None
+    base = getattr(trainer, "frozen_base", None)
+    return base if base is not None else adapters.frozen_base(trainer.model)
 
 
 def _loss_window(trainer) -> Optional[dict]:

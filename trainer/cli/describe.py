@@ -65,6 +65,10 @@ def _when(seconds) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
+def _thousands(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
 def _num(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -315,6 +319,11 @@ def describe_checkpoint(path: str) -> str:
         adapter = _adapter_text(meta.get("adapter"))
         if adapter:
             lines += _wrap("  adapter: ", adapter)
+        base = meta.get("frozen_base")
+        if isinstance(base, dict):
+            lines += _wrap("  frozen base: ", f"not saved here ({base.get('tensors', '?')} tensors, "
+                           f"{_thousands(base.get('elements'))} values; the resuming script loads it, checked against "
+                           "its recorded digest)")
         callbacks = meta.get("callbacks") if isinstance(meta.get("callbacks"), dict) else {}
         with_state = sorted(k for k, v in callbacks.items() if v)
         if callbacks:

@@ -70,16 +70,63 @@ def describe(model) -> Optional[dict]:
     }
 
 
-def set_state(model, state: dict) -> None:
-    """Put ``state`` (``model.state_dict()``'s names) into ``model``; an adapter's goes to its inner model."""
+#: values read from each frozen tensor for :func:`frozen_base`'s fingerprint (evenly spaced over the tensor)
+SAMPLE = 256
+
+
+def frozen_base(model) -> Optional[dict]:
+    """An adapter model's frozen base as its checkpoints record it in place of its tensors, or None (no adapter).
+
+    A LoRA run's checkpoint holds what training changes (the adapter's tensors, the buffers, the optimizer's
+    state), not the frozen base (~28 GB for a 7B model in float32, read again from the base model's files by the
+    script that resumes). What it records of the base: how many tensors and values, a digest of their names,
+    shapes and dtypes, and a digest of ``SAMPLE`` evenly spaced values of each, read once per ``fit()`` (one small
+    device-to-host copy per tensor) before the layout is applied, so that a resume onto another base (another
+    checkpoint of the same architecture) is refused instead of training a mismatched adapter."""
+    if not is_adapter(model):
+        return None
+    import hashlib
+
+    import numpy as np
+    import paddle
+
+    names, values, elements = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16), 0
+    frozen = sorted((name, p) for name, p in model.named_parameters() if p.stop_gradient)
+    with paddle.no_grad():
+        for name, p in frozen:
+            shape = [int(d) for d in p.shape]
+            names.update(f"{name} {shape} {p.dtype}\n".encode())
+            n = math.prod(shape)
+            elements += n
+            if n:
+                sample = p.reshape([-1])[::max(1, n // SAMPLE)][:SAMPLE].astype("float32")
+                values.update(np.ascontiguousarray(sample.numpy()).tobytes())
+    return {"tensors": len(frozen), "elements": elements, "names": names.hexdigest(), "values": values.hexdigest()}
+
+
+def frozen_tensor_ids(model) -> set:
+    """``id()`` of the frozen parameters an adapter model's checkpoint leaves out (:func:`frozen_base`); empty
+    without an adapter."""
+    return {id(p) for p in model.parameters() if p.stop_gradient} if is_adapter(model) else set()
+
+
+def set_state(model, state: dict, may_miss=frozenset()) -> None:
+    """Put ``state`` (``model.state_dict()``'s names) into ``model``; an adapter's goes to its inner model.
+    ``may_miss``: names ``state`` may leave out (an adapter checkpoint's frozen base, :func:`frozen_base`)."""
     if not is_adapter(model):
         model.set_state_dict(state)
         return
     outside = sorted(k for k in state if not k.startswith(PREFIX))
     if outside:
         raise DataError(f"tensors {outside[:5]} are not under the adapter's inner model ('{PREFIX}...')")
-    result = model.model.set_state_dict({k[len(PREFIX):]: v for k, v in state.items()})
+    import warnings
+
+    with warnings.catch_warnings():  # paddle warns once per tensor left out: the frozen base, kept as it is
+        if may_miss:
+            warnings.simplefilter("ignore")
+        result = model.model.set_state_dict({k[len(PREFIX):]: v for k, v in state.items()})
     missing, unexpected = result if isinstance(result, tuple) and len(result) == 2 else ([], [])
+    missing = [m for m in missing if PREFIX + m not in may_miss]
     if missing or unexpected:
         raise DataError(f"the adapter's inner model did not take the tensors: missing {list(missing)[:5]}, "
                         f"unexpected {list(unexpected)[:5]}")
