@@ -13,9 +13,7 @@ loaded; optimizer and state stay those of the last step. State saved: none.
 from __future__ import annotations
 
 import logging
-import os
 
-import paddle
 
 from .base import Callback
 
@@ -35,12 +33,10 @@ class LoadBestModel(Callback):
                 logger.warning("load_best_model_at_end: no best checkpoint was recorded (no evaluation with a "
                                "checkpoint at its step); the model keeps the weights of the last step")
             return
-        from trainer.checkpoint.manifest import np_load_file
+        from trainer.checkpoint.load import load_model_weights
 
         trainer.wait_for_checkpoint()
-        weights = np_load_file(os.path.join(path, "model.safetensors"))
-        own = trainer.model.state_dict()
-        trainer.model.set_state_dict({k: paddle.to_tensor(v).astype(own[k].dtype) for k, v in weights.items() if k in own})
+        load_model_weights(trainer, path)  # verified; any layout; a LoRA model's adapter into its inner model
         if trainer.is_main_process:
             logger.info("load_best_model_at_end: loaded %s (%s = %s)", path, trainer.args.metric_for_best_model,
                         state.best_metric)

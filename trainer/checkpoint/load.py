@@ -32,20 +32,11 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
     ckpt = path if isinstance(path, VerifiedCheckpoint) else resolve_read(path, trainer.args.output_dir)
     if ckpt is None:
         return None
-    resolved, meta, model_state, opt_tensors = ckpt.path, ckpt.meta, ckpt.model_state, ckpt.opt_tensors
-    own = trainer.layout.whole_state(trainer.model)  # what this rank holds, under the whole model's names
-    try:  # this rank's part of the whole model's tensors, whichever layout wrote them
-        model_state, opt_tensors = trainer.layout.local_state(trainer.model, model_state, opt_tensors)
-    except ValueError as exc:
-        raise DataError(f"checkpoint {resolved} cannot be split for this run: {exc}") from None
-    kept = _frozen_left_out(trainer.model, own, model_state, meta)
-    _check_model({k: v for k, v in own.items() if k not in kept}, model_state, resolved)
+    resolved, meta = ckpt.path, ckpt.meta
+    put_model, opt_tensors = _model_part(trainer, ckpt)
     try:
         adapt_to_world_size(trainer, meta)
-        # an adapter's tensors go to its inner model (its own set_state_dict would skip them: layout.adapters)
-        set_state(trainer.model, own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
-                                                           for k, v in model_state.items()}),
-                  may_miss=set(own_names(trainer.model, dict.fromkeys(kept))))
+        put_model()
         names = param_name_map(trainer.model)
         opt_state = join_optimizer_state(opt_tensors, meta["optimizer_scalars"], names)
         trainer.resumed_optimizer_state = dict(opt_state)  # for a layout that slices parameters (reslice_optimizer)
@@ -71,6 +62,42 @@ def load_checkpoint(trainer, path: Union[str, VerifiedCheckpoint]) -> Optional[s
         logger.warning(
             "checkpoint %s holds state for callbacks that are not registered: %s", resolved, ", ".join(unclaimed))
     return resolved
+
+
+def load_model_weights(trainer, path: str) -> str:
+    """Put the model weights of the verified checkpoint ``path`` into ``trainer.model`` as this run lays it out
+    (``load_best_model_at_end``): any layout that wrote it; an adapter's tensors into its inner model, a frozen
+    base left out of a LoRA checkpoint kept as it is. The optimizer and the rest of the run are left alone."""
+    ckpt = read_verified(path)
+    put_model, _ = _model_part(trainer, ckpt)
+    try:
+        put_model()
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - paddle's set_state_dict raises asserts and RuntimeErrors
+        raise DataError(f"checkpoint {ckpt.path} holds weights this model cannot take ({type(exc).__name__}: "
+                        f"{exc})") from None
+    return ckpt.path
+
+
+def _model_part(trainer, ckpt: VerifiedCheckpoint):
+    """``(put_model, opt_tensors)``: the checkpoint's model tensors checked against this rank's part of the model
+    (a mismatch is a DataError now), and a function that puts them in; this rank's optimizer tensors."""
+    own = trainer.layout.whole_state(trainer.model)  # what this rank holds, under the whole model's names
+    try:  # this rank's part of the whole model's tensors, whichever layout wrote them
+        model_state, opt_tensors = trainer.layout.local_state(trainer.model, ckpt.model_state, ckpt.opt_tensors)
+    except ValueError as exc:
+        raise DataError(f"checkpoint {ckpt.path} cannot be split for this run: {exc}") from None
+    kept = _frozen_left_out(trainer.model, own, model_state, ckpt.meta)
+    _check_model({k: v for k, v in own.items() if k not in kept}, model_state, ckpt.path)
+
+    def put_model():
+        # an adapter's tensors go to its inner model (its own set_state_dict would skip them: layout.adapters)
+        set_state(trainer.model, own_names(trainer.model, {k: _as_tensor(v, own[k].dtype)
+                                                           for k, v in model_state.items()}),
+                  may_miss=set(own_names(trainer.model, dict.fromkeys(kept))))
+
+    return put_model, opt_tensors
 
 
 def _frozen_left_out(model, own: dict, model_state: dict, meta: dict) -> set:

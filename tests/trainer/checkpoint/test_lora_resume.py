@@ -5,6 +5,7 @@ it restored nothing and the resumed run's losses drifted from step 6 (``trainer.
 """
 
 import json
+import os
 
 import numpy as np
 import paddle
@@ -99,3 +100,24 @@ def test_load_weights_puts_the_adapter_on_the_base_the_script_built(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
     with pytest.raises(ConfigError, match="frozen base model's weights differ"):
         load_weights(lora_llama(nudge=1e-3), str(tmp_path / "full" / "checkpoints" / "step-12"))
+
+
+def test_load_best_model_at_end_puts_the_best_checkpoints_adapter_into_a_lora_model(tmp_path):
+    """``load_best_model_at_end`` with a LoRA model: the best checkpoint's adapter ends in the model (through the
+    inner model: ``LoRAModel.set_state_dict`` would skip every tensor and leave the last step's weights), the
+    frozen base untouched."""
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=12, logging_steps=1,
+                             learning_rate=5e-2, save_steps=4, evaluation_strategy="steps", eval_steps=4,
+                             load_best_model_at_end=True, metric_for_best_model="eval_loss",
+                             greater_is_better=True, report_to=[])  # the worst loss "best": an early step
+    trainer = Trainer(lora_llama(), args, train_dataset=Tokens(), eval_dataset=Tokens())
+    before = {k: v.numpy() for k, v in trainer.model.state_dict().items() if "lora_" not in k}
+    trainer.fit()
+    best = trainer.state.best_checkpoint
+    assert best and not best.endswith("step-12"), best  # not the last step: the test would show nothing
+    saved = load_file(os.path.join(best, "model.safetensors"))
+    now = trainer.model.state_dict()
+    for k, v in saved.items():
+        np.testing.assert_array_equal(now[k].numpy(), v, err_msg=k)
+    for k, v in before.items():
+        np.testing.assert_array_equal(now[k].numpy(), v, err_msg=k)
