@@ -15,9 +15,9 @@
 Every set is cut from one noise tile per seed at random offsets (fast to
 generate at any size), and is the same files for the same seed and count.
 
-    >>> import tempfile, os
-    >>> root = tempfile.mkdtemp()
-    >>> len(generate_jpegs(root, 2, kind="textured"))
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     len(generate_jpegs(root, 2, kind="textured"))
     2
 """
 

@@ -7,8 +7,9 @@ example ``trainer.state.log_history`` or the lines of ``metrics.jsonl``)::
     >>> import os, tempfile
     >>> history = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5},
     ...            {"step": 2, "eval_loss": 1.6, "eval_accuracy": 0.4, "eval_samples": 10}]
-    >>> path = plot_curves(history, os.path.join(tempfile.mkdtemp(), "curves.png"))
-    >>> open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n"
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = plot_curves(history, os.path.join(folder, "curves.png"))
+    ...     open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n"
     True
 
 Left panel: the training loss and every evaluation loss (``eval_*loss``)

@@ -22,12 +22,14 @@ system (``flush``, no ``fsync``; ``LogWriter`` flushes every ``flush_secs``);
 
     >>> import os, tempfile
     >>> from visualdl import LogReader
-    >>> path = os.path.join(tempfile.mkdtemp(), "vdlrecords.0000000001.log")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "vdlrecords.0000000001.log")
     >>> f = ScalarRecordFile(path)
     >>> f.write([("train/loss", 0.5, 10, 1_700_000_000_000), ("train/loss", 0.25, 20, 1_700_000_001_000)])
     >>> f.close()
     >>> [(v.id, v.value) for v in LogReader(file_path=path).get_data("scalar", "train/loss")]
     [(10, 0.5), (20, 0.25)]
+    >>> folder.cleanup()
 """
 
 from __future__ import annotations
