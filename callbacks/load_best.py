@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 
-
 from .base import Callback
 
 logger = logging.getLogger("trainer")

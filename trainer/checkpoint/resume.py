@@ -88,8 +88,10 @@ def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoin
     accumulation a new world size needs. Returns the checkpoint to load, already read and verified
     (the load applies it without reading it again), or None (fresh start). First, whether resuming or not, it
     reads what this run's checkpoints record of a LoRA model's frozen base in place of its tensors
-    (``trainer.frozen_base``: :func:`trainer.layout.adapters.frozen_base`), before the layout casts or slices it."""
-    trainer.frozen_base = frozen_base(trainer.model)
+    (``trainer.frozen_base``: :func:`trainer.layout.adapters.frozen_base`), before the layout casts or slices it
+    (once per model: AMP O2 has cast it when a second ``fit()`` comes)."""
+    if getattr(trainer, "_frozen_base_of", None) is not trainer.model:  # once per model: a second fit() may
+        trainer.frozen_base, trainer._frozen_base_of = frozen_base(trainer.model), trainer.model  # find it cast
     if not resume:
         return None
     ckpt = resolve_read(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
