@@ -6,6 +6,8 @@ it restored nothing and the resumed run's losses drifted from step 6 (``trainer.
 
 import json
 import os
+import shutil
+import sys
 
 import numpy as np
 import paddle
@@ -43,9 +45,9 @@ class Tokens(paddle.io.Dataset):
         return {"input_ids": self.x[i], "labels": self.x[i]}
 
 
-def train(out, resume=None, model=None) -> Trainer:
+def train(out, resume=None, model=None, **more) -> Trainer:
     args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=4, max_steps=12, logging_steps=1,
-                             learning_rate=1e-2, save_steps=5, report_to=[])
+                             learning_rate=1e-2, save_steps=5, report_to=[], **more)
     trainer = Trainer(model or lora_llama(), args, train_dataset=Tokens())
     trainer.fit(resume_from_checkpoint=resume)
     return trainer
@@ -121,3 +123,36 @@ def test_load_best_model_at_end_puts_the_best_checkpoints_adapter_into_a_lora_mo
         np.testing.assert_array_equal(now[k].numpy(), v, err_msg=k)
     for k, v in before.items():
         np.testing.assert_array_equal(now[k].numpy(), v, err_msg=k)
+
+
+def test_two_ranks_sharding_stage1_save_the_adapter_in_shards_and_resume_bitwise(tmp_path):
+    """Sharding stage 1 on 2 processes (each rank writes its shard): the shards hold the 8 LoRA tensors and their
+    moments, no frozen weight, and the run resumed at step 5 logs the uninterrupted run's losses and ends with
+    its parameters, to the bit."""
+    # imported here: this file is also the ranks' script, and tests/ is not on a rank's path
+    from helpers import launch
+    from patience import patience
+
+    out = tmp_path / "run"
+    for name, resume in (("full", ""), ("resumed", str(out / "checkpoints" / "step-5"))):
+        launch(__file__, [out, name, resume], nproc=2, log_dir=str(tmp_path / f"logs-{name}"), timeout=patience(300),
+               before_retry=None if resume else (lambda: shutil.rmtree(out, ignore_errors=True)))
+    with open(out / "checkpoints" / "step-5" / "manifest.json", encoding="utf-8") as f:
+        manifest = json.load(f)
+    model = sorted(k for k in manifest["tensors"] if k.startswith("model/"))
+    assert len(model) == 8 and all("lora_" in k for k in model)
+    assert len({part["file"] for t in manifest["tensors"].values() for part in t["parts"]}) == 2  # a shard a rank
+    (full, full_params), (resumed, resumed_params) = (
+        (json.loads((out / f"{n}.json").read_text()), np.load(out / f"{n}.npz")) for n in ("full", "resumed"))
+    assert len(full) == 12 and resumed == full
+    for k in full_params.files:
+        np.testing.assert_array_equal(resumed_params[k], full_params[k], err_msg=k)
+
+
+if __name__ == "__main__":  # a rank of test_two_ranks_sharding_stage1_save_the_adapter_in_shards_and_resume_bitwise
+    out, name, resume = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ""
+    trained = train(out, resume=resume or None, sharding="stage1")
+    if trained.is_main_process:
+        with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
+            json.dump([[r["step"], r["loss"]] for r in trained.state.log_history if "loss" in r], f)
+        np.savez(os.path.join(out, f"{name}.npz"), **{k: v.numpy() for k, v in trained.model.state_dict().items()})
