@@ -118,7 +118,10 @@ def _check_model(own: dict, model_state: dict, resolved: str) -> None:
         detail = "; ".join(part for part in (
             f"missing {missing[:5]}" if missing else "", f"unexpected {unexpected[:5]}" if unexpected else "",
             f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
-        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote it")
+        hint = ("; it holds a LoRA adapter: wrap the base model in the LoRAModel the run trained (its LoRAConfig) "
+                "first" if any(".lora_" in k for k in unexpected) and not any(".lora_" in k for k in own) else "")
+        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote "
+                        f"it{hint}")
 
 
 def load_weights(model: paddle.nn.Layer, path: str) -> str:
@@ -137,7 +140,7 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
     own = model.state_dict()
     kept = _frozen_left_out(model, own, ckpt.model_state, ckpt.meta)  # a LoRA checkpoint: the base is the model's
     _check_model({k: v for k, v in own.items() if k not in kept}, ckpt.model_state, ckpt.path)
-    check_frozen_base(frozen_base(model), ckpt.meta, ckpt.path)
+    check_frozen_base(frozen_base(model), ckpt.meta, ckpt.path, doing="load_weights")
     set_state(model, {k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()}, may_miss=kept)
     return ckpt.path
 

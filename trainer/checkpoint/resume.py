@@ -321,22 +321,23 @@ def check_identity(identity: dict, meta: dict, path: str = "the checkpoint") -> 
 ADAPTER_FIELDS = ("r", "lora_alpha", "scaling", "lora_dropout", "rslora", "target_modules", "adapted_layers")
 
 
-def check_frozen_base(base: Optional[dict], meta: dict, path: str = "the checkpoint") -> None:
-    """Refuse (ConfigError, one line) to resume a checkpoint that holds a LoRA adapter without its frozen base
-    onto another base: other tensors (names, shapes, dtypes) or other values (its digest of sampled values,
-    ``trainer.layout.adapters.frozen_base``). A checkpoint that holds every tensor has nothing to check."""
+def check_frozen_base(base: Optional[dict], meta: dict, path: str = "the checkpoint", doing: str = "resume") -> None:
+    """Refuse (ConfigError, one line) to put a checkpoint that holds a LoRA adapter without its frozen base onto
+    another base: other tensors (names, shapes, dtypes) or other values (its digest of sampled values,
+    ``trainer.layout.adapters.frozen_base``). ``doing``: what the message names (``resume``, ``load_weights``).
+    A checkpoint that holds every tensor has nothing to check."""
     saved = meta.get("frozen_base")
     if not saved or base is None:  # every tensor saved; or a model without an adapter (check_adapter refuses it)
         return
     if base["names"] != saved["names"]:
-        raise ConfigError(f"resume: checkpoint {path} holds the LoRA adapter without its frozen base, which had "
-                          f"{saved['tensors']} tensors of {saved['elements']:,} values; this run's base has "
+        raise ConfigError(f"{doing}: checkpoint {path} holds the LoRA adapter without its frozen base, which had "
+                          f"{saved['tensors']} tensors of {saved['elements']:,} values; this model's base has "
                           f"{base['tensors']} of {base['elements']:,} (or other names, shapes or dtypes): build "
                           "the model from the base model the run started from")
     if base["values"] != saved["values"]:
-        raise ConfigError(f"resume: the frozen base model's weights differ from those checkpoint {path} was "
+        raise ConfigError(f"{doing}: the frozen base model's weights differ from those checkpoint {path} was "
                           "trained on (the checkpoint holds the LoRA adapter only): load the base model the run "
-                          "started from (the same from_pretrained weights) before resuming")
+                          f"started from (the same from_pretrained weights) before {doing}")
 
 
 def check_adapter(model, meta: dict, path: str = "the checkpoint") -> None:

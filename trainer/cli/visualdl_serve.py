@@ -53,6 +53,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run VisualDL's server with ``argv`` as its command line (``--logdir DIR --port N ...``). A ``--logdir`` that
     does not exist is one ConfigError line (visualdl would serve an empty board)."""
     argv = sys.argv[1:] if argv is None else argv
+    if sum(a == "--logdir" or a.startswith("--logdir=") for a in argv) > 1:  # visualdl would keep the last alone
+        raise ConfigError("--logdir is given more than once (visualdl keeps only the last): give it once, followed "
+                          "by every folder, e.g. ptrain visualdl --logdir runs/a runs/b")
     from visualdl.server import app as vdl
 
     parse_args, create_app = vdl.parse_args, vdl.create_app
@@ -66,8 +69,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return args
 
     def create_app_with_fallback(args):
-        app = create_app(args)
+        app = create_app(args)  # sets SIGINT back to SIG_DFL: our handlers go in after it
         app.wsgi_app = LanguageFallback(app.wsgi_app)
+        _stop_on_signals()
         return app
 
     vdl.parse_args, vdl.create_app = parse_args_and_check, create_app_with_fallback  # looked up at call time

@@ -19,11 +19,11 @@ from safetensors.numpy import load_file
 from trainer import Trainer, TrainingArguments
 from trainer.checkpoint.load import load_weights
 from trainer.cli.describe import describe_checkpoint
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError
 
 
-def lora_llama(vocab_size=64, nudge=0.0) -> LoRAModel:
-    """The LoRA model of every run here; ``vocab_size`` / ``nudge`` (added to one base weight): another base."""
+def base_llama(vocab_size=64, nudge=0.0) -> LlamaForCausalLM:
+    """The base model of every run here; ``vocab_size`` / ``nudge`` (added to one weight): another base."""
     paddle.seed(1)
     base = LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
@@ -31,7 +31,13 @@ def lora_llama(vocab_size=64, nudge=0.0) -> LoRAModel:
     if nudge:
         weight = base.llama.layers[1].mlp.down_proj.weight
         weight.set_value(weight + nudge)
-    return LoRAModel(base, LoRAConfig(target_modules=[".*q_proj", ".*v_proj"], r=4, lora_alpha=8, lora_dropout=0.1))
+    return base
+
+
+def lora_llama(vocab_size=64, nudge=0.0) -> LoRAModel:
+    """The LoRA model of every run here, on :func:`base_llama`."""
+    return LoRAModel(base_llama(vocab_size, nudge),
+                     LoRAConfig(target_modules=[".*q_proj", ".*v_proj"], r=4, lora_alpha=8, lora_dropout=0.1))
 
 
 class Tokens(paddle.io.Dataset):
@@ -87,7 +93,7 @@ def test_the_checkpoint_holds_the_adapter_without_its_frozen_base_and_refuses_an
     with pytest.raises(ConfigError, match=r"^resume: the frozen base model's weights differ from those checkpoint"):
         train(tmp_path / "run", resume=str(step5), model=lora_llama(nudge=1e-3))
     with pytest.raises(ConfigError, match=r"^resume: checkpoint .* holds the LoRA adapter without its frozen base, "
-                                          r"which had 21 tensors of 24,736 values; this run's base has 21 of 24,800"):
+                                          r"which had 21 tensors of 24,736 values; this model's base has 21 of 24,800"):
         train(tmp_path / "run", resume=str(step5), model=lora_llama(vocab_size=65))
 
 
@@ -100,8 +106,12 @@ def test_load_weights_puts_the_adapter_on_the_base_the_script_built(tmp_path):
     load_weights(model, str(tmp_path / "full" / "checkpoints" / "step-12"))
     for (name, a), b in zip(full.model.state_dict().items(), model.state_dict().values()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
-    with pytest.raises(ConfigError, match="frozen base model's weights differ"):
-        load_weights(lora_llama(nudge=1e-3), str(tmp_path / "full" / "checkpoints" / "step-12"))
+    step12 = str(tmp_path / "full" / "checkpoints" / "step-12")
+    with pytest.raises(ConfigError, match=r"^load_weights: the frozen base model's weights differ.* before load_weights$"):
+        load_weights(lora_llama(nudge=1e-3), step12)
+    with pytest.raises(DataError, match=r"it holds a LoRA adapter: wrap the base model in the LoRAModel the run "
+                                        r"trained \(its LoRAConfig\) first$"):
+        load_weights(base_llama(), step12)  # the bare base: the adapter has nowhere to go
 
 
 def test_load_best_model_at_end_puts_the_best_checkpoints_adapter_into_a_lora_model(tmp_path):

@@ -3,6 +3,7 @@ client (urllib, no Accept-Language header), which plain ``visualdl`` 2.5.3 answe
 
 import doctest
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,12 +26,22 @@ def get(url, language=None, timeout=30):
         return exc.code, ""
 
 
-def test_pages_and_api_answer_without_accept_language(tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A folder holding a finished digits run, ``run/``."""
+    tmp_path = tmp_path_factory.mktemp("visualdl")
     run = subprocess.run([sys.executable, "-m", "trainer.cli", "run", "digits", "--max_steps", "20", "--output_dir",
-                          "run", "--disable_tqdm", "true"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=patience(300))
+                          "run", "--disable_tqdm", "true"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO),
+                         capture_output=True, text=True, timeout=patience(300))
     assert run.returncode == 0, run.stderr[-2000:]
+    return tmp_path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_pages_and_api_answer_without_accept_language(trained, sig):
+    """Every page answers whatever the request's language; SIGTERM (a kill, a supervisor) or SIGINT (Ctrl-C: visualdl
+    resets SIGINT to its default when it builds its app, which used to end it without a word) stop it with one line."""
+    tmp_path, env = trained, dict(os.environ, PYTHONPATH=REPO)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "trainer.cli", "visualdl", "--logdir", "run", "--host",
                                "127.0.0.1", "--port", str(port)], cwd=tmp_path, env=env,
@@ -53,10 +64,11 @@ def test_pages_and_api_answer_without_accept_language(tmp_path):
         assert get(base + "/app/index", "zh-CN,zh;q=0.9")[0] == 200
         status, body = get(base + "/app/api/scalar/tags")
         assert status == 200 and "train/loss" in body
-        server.terminate()  # SIGTERM, as a user's kill or a supervisor stops it
+        server.send_signal(sig)
         output = server.communicate(timeout=patience(60))[0]
-        assert server.returncode == 143, output[-2000:]
-        assert output.strip().splitlines()[-1] == "ptrain visualdl: stopped by SIGTERM, server closed (exit 143)"
+        name, code = signal.Signals(sig).name, 128 + sig
+        assert server.returncode == code, output[-2000:]
+        assert output.strip().splitlines()[-1] == f"ptrain visualdl: stopped by {name}, server closed (exit {code})"
         assert "outside training" not in output
     finally:
         server.terminate()
@@ -72,9 +84,13 @@ def test_docstring_examples_run():
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.mark.parametrize("flags", [["--logdir", "runs/typo"], ["--logdir=runs/typo"], ["--logdir", "runs", "runs/typo"]],
-                         ids=["one", "equals", "second-of-two"])
-def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path, flags):
+@pytest.mark.parametrize("flags, says", [
+    (["--logdir", "runs/typo"], "--logdir runs/typo: not a folder"),
+    (["--logdir=runs/typo"], "--logdir runs/typo: not a folder"),
+    (["--logdir", "runs", "runs/typo"], "--logdir runs/typo: not a folder"),
+    (["--logdir=runs", "--logdir", "runs"], "--logdir is given more than once (visualdl keeps only the last)")],
+    ids=["one", "equals", "second-of-two", "twice"])
+def test_a_logdir_missing_or_given_twice_is_refused_in_one_line(tmp_path, flags, says):
     """visualdl itself serves an empty board for a folder that is not there (a typo looks like a run with no
     records): refused, one line naming it, exit 2, no server. The folders as visualdl's own parser reads them."""
     (tmp_path / "runs").mkdir()
@@ -83,4 +99,4 @@ def test_a_logdir_that_does_not_exist_is_refused_in_one_line(tmp_path, flags):
                           text=True, timeout=patience(120))
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
-    assert done.stderr.startswith("ptrain: error: --logdir runs/typo: not a folder")
+    assert done.stderr.startswith(f"ptrain: error: {says}")
