@@ -172,10 +172,8 @@ class Preemption(Callback):
         if "PADDLE_TRAINER_ID" in os.environ:  # under paddle's launcher (also without ptrain): die with it
             process.die_with_parent(signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
-            for sig in process.handled(self.signals):  # one the process started with ignored (nohup) stays so
-                self._previous[sig] = signal.signal(sig, self._handle)
-                # SA_RESTART: paddle's C++ (TCPStore, gloo) fails on EINTR instead of retrying
-                signal.siginterrupt(sig, False)
+            # one the process started with ignored (nohup) stays so; SA_RESTART; unblocked
+            self._previous.update(process.catch(self.signals, self._handle))
             self._watching = process.WATCHER.start()
             if self._watching:
                 process.WATCHER.subscribe(self._from_watcher)

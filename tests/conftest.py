@@ -19,6 +19,8 @@ sys.path.append(TESTS)
 
 from patience import patience  # noqa: E402 - needs tests/ on sys.path
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1)
+
 
 def _as_from_a_terminal() -> None:
     """The stop signals as a terminal's shell starts a command: handled or at their defaults, never ignored.
@@ -27,12 +29,28 @@ def _as_from_a_terminal() -> None:
     ignored signal stays ignored across ``exec``: every ``ptrain`` the tests start would keep it ignored, as it
     should (``trainer.process.IGNORED_AT_START``), and the tests that send it would wait in vain. Before any
     module of ours reads them; xdist's workers start from this process and inherit the defaults."""
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1):
+    changed = []
+    for sig in _STOP_SIGNALS:
         if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+            changed.append(signal.Signals(sig).name + " ignored")
+    blocked = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(_STOP_SIGNALS)
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+        changed += [signal.Signals(sig).name + " blocked" for sig in sorted(blocked)]
+    return changed
 
 
 _as_from_a_terminal()
+
+
+def pytest_runtest_teardown(item):
+    """A test that leaves a stop signal ignored or blocked in the test process would hand it to every command the
+    next tests start (an ignored or blocked signal is inherited across ``exec``; ``ptrain`` keeps an ignored one
+    ignored): put back, and named in the run's warnings."""
+    changed = _as_from_a_terminal()
+    if changed:
+        item.warn(pytest.PytestWarning(f"{item.nodeid} left {', '.join(changed)} in the test process (put back)"))
 
 
 def _compiled_once() -> None:
@@ -77,8 +95,8 @@ MIN_FREE_GB = float(os.environ.get("PTRAIN_TEST_MIN_FREE_GB", "3"))
 def pytest_sessionstart(session):
     """A disk without room for the suite stops it before the first test with one line, instead of hundreds of
     tests failing at random places with ``No space left on device`` (seen in CI: 17 failed, 830 errors)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the first process checked
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the first process checked
     import shutil
     import tempfile
 

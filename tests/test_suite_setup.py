@@ -17,7 +17,8 @@ def _pytest(tmp_path, *args, env=None, preexec_fn=None):
     (tmp_path / "conftest.py").write_text(open(os.path.join(REPO, "tests", "conftest.py"), encoding="utf-8").read())
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", "-n", "0",
                            "--basetemp", str(tmp_path / "base"), *args, str(tmp_path / "test_probe.py")],
-                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]),
+                          cwd=tmp_path, env=dict({k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+                                                 PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]),
                                                  **(env or {})),
                           capture_output=True, text=True, timeout=patience(120), preexec_fn=preexec_fn)
 
@@ -40,3 +41,17 @@ def test_a_suite_started_with_sigint_and_sighup_ignored_gives_its_commands_the_d
     done = _pytest(tmp_path, preexec_fn=ignore)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "SIGINT False SIGHUP False" in done.stdout
+
+
+def test_a_test_that_leaves_a_stop_signal_ignored_or_blocked_is_named_and_the_next_test_gets_the_default(tmp_path):
+    (tmp_path / "test_leak.py").write_text(
+        "import signal\n\n"
+        "def test_a_leaks():\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\n\n"
+        "def test_b_sees():\n    print('TERM ignored', signal.getsignal(signal.SIGTERM) is signal.SIG_IGN,"
+        " 'USR1 blocked', signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n")
+    done = _pytest(tmp_path, str(tmp_path / "test_leak.py"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "TERM ignored False USR1 blocked False" in done.stdout
+    assert "test_leak.py::test_a_leaks left SIGTERM ignored, SIGUSR1 blocked in the test process (put back)" \
+        in " ".join(done.stdout.split())

@@ -62,6 +62,20 @@ def handled(signals=STOP_SIGNALS) -> tuple:
     return tuple(s for s in signals if s not in IGNORED_AT_START)
 
 
+def catch(signals, handler) -> dict:
+    """Install ``handler`` for each of ``signals`` this process may catch (:func:`handled`), with SA_RESTART
+    (paddle's C++, the TCPStore and gloo, fails on EINTR instead of retrying), and unblock them in this thread: a
+    blocked signal is inherited across ``exec`` too, and a handler of a signal that stays blocked never runs.
+    Returns the handlers replaced (to put back with ``signal.signal``)."""
+    previous = {}
+    for sig in handled(signals):
+        previous[sig] = signal.signal(sig, handler)
+        signal.siginterrupt(sig, False)
+    if previous and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, list(previous))
+    return previous
+
+
 #: the exit code after SIGUSR1: the checkpoint is saved, requeue the job (docs/how-to/preemption.md); never
 #: restarted by --max_restarts (the allocation is about to end)
 REQUEUE_EXIT = 128 + signal.SIGUSR1
@@ -219,9 +233,7 @@ def install_startup_handlers() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     _STARTUP.active = True
-    for sig in handled():
-        signal.signal(sig, _STARTUP.handler)
-        signal.siginterrupt(sig, False)  # SA_RESTART: paddle's C++ fails on EINTR instead of retrying
+    catch(STOP_SIGNALS, _STARTUP.handler)
     if WATCHER.start():
         WATCHER.subscribe(_STARTUP.watch)
 

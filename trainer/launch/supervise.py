@@ -54,7 +54,7 @@ import psutil
 
 from ..process import (
     STOP_SIGNALS,
-    handled,
+    catch,
     set_parent_death_signal,
     startup_handlers_active,
     stop_signal,
@@ -232,9 +232,7 @@ def run_launcher(cmd: List[str], env: Optional[dict] = None, log: Optional[Conso
     previous = {}
     startup_exit = startup_handlers_active(False)  # ptrain waits for the job instead
     if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, sup.on_signal) for sig in handled(FORWARDED)}  # nohup's SIGHUP stays off
-        for sig in previous:
-            signal.siginterrupt(sig, False)
+        previous = catch(FORWARDED, sup.on_signal)  # nohup's SIGHUP stays ignored
     try:
         code = sup.wait()
     except BaseException:

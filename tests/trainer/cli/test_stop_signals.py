@@ -18,13 +18,13 @@ from patience import patience
 from trainer.checkpoint.manifest import verify
 
 
-def start(tmp_path, *flags, wrapper=()):
+def start(tmp_path, *flags, wrapper=(), preexec_fn=None):
     out = tmp_path / "run"
     cmd = [*wrapper, sys.executable, "-m", "trainer.cli", "run", "digits", "--output_dir", str(out), "--max_steps", "100000",
            "--logging_steps", "5", "--report_to", "jsonl", "--evaluation_strategy", "no", "--disable_tqdm", "true",
            *flags]
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, preexec_fn=preexec_fn)
     return proc, out
 
 
@@ -96,5 +96,17 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_run(tmp_path):
     stderr = signal_when_training(proc, out, signal.SIGTERM)
     assert proc.returncode == 143, stderr[-3000:]
     assert "received SIGHUP" not in stderr and "received SIGTERM" in stderr, stderr[-3000:]
+    (step,) = saved_steps(out)
+    verify(str(out / "checkpoints" / f"step-{step}"))
+
+
+def test_started_with_sigterm_blocked_it_still_saves_and_stops(tmp_path):
+    """A parent that spawned ptrain while SIGTERM was blocked in its thread (a blocked signal is inherited across
+    exec, as some libraries' helpers do it around a spawn): ptrain unblocks the stop signals it handles, so SIGTERM
+    still saves and exits 143 (its handler would otherwise never run, and the run would go on to its end)."""
+    proc, out = start(tmp_path, "--save_strategy", "no",
+                      preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]))
+    stderr = signal_when_training(proc, out, signal.SIGTERM)
+    assert proc.returncode == 143, stderr[-3000:]
     (step,) = saved_steps(out)
     verify(str(out / "checkpoints" / f"step-{step}"))
