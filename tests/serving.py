@@ -29,7 +29,8 @@ class Server:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                                      preexec_fn=preexec_fn)
         self.err_lines = []
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self._reader = threading.Thread(target=self._read_err, daemon=True)
+        self._reader.start()
         deadline = time.monotonic() + timeout
         line = ""
         try:
@@ -54,6 +55,10 @@ class Server:
 
     @property
     def err(self):
+        """What the server wrote to stderr; once it has exited, all of it (its last lines can still be in the pipe
+        when ``wait()`` returns: the reader thread is given the time to reach the end, stretched by the load)."""
+        if self.proc.poll() is not None:
+            self._reader.join(timeout=patience(30))
         return "".join(self.err_lines)
 
     def err_with(self, text, timeout=10):
