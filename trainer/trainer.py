@@ -54,6 +54,7 @@ from .errors import ConfigError, Preempted, TrainerError
 from .evaluation import check_eval_sets, compute_metrics_of, eval_sets, logits_from_outputs, run_inference, speed_metrics
 from .events import Event
 from .heap import frozen_heap
+from .layout.adapters import frozen_base
 from .loss import (LossWindow, backward, check_loss, eval_loss, forward, loss_from_outputs, loss_of,
                    micro_batch_share)
 from .memory_stats import peak_memory_record
@@ -151,7 +152,9 @@ class Trainer(PaddleNLPAPI):
         # every checkpoint, compared on resume. {"source": str, "fields": {name: value}, "may_change": {name: why},
         # "split": [names of fields that choose the split, never allowed to change]}
         self.run_identity: dict = {}
-        self.frozen_base: Optional[dict] = None  # trainer.layout.adapters.frozen_base, read by fit()
+        # what a LoRA model's checkpoints record of its frozen base in place of its tensors (read by fit())
+        self.frozen_base: Optional[dict] = None
+        self._frozen_base_of = None  # the model it was read from
         self.train_dataloader = self.eval_dataloader = None  # the loaders in use, for callbacks
         self._eval_loaders: dict = {}  # id(dataset) -> (dataset, loader) with persistent workers, during fit()
         self.loss_share = 1.0  # the micro-batch's share of its data batch when auto_find_batch_size cut it (trainer.auto_batch)
@@ -378,7 +381,9 @@ class Trainer(PaddleNLPAPI):
         set_seed(a.seed)
         # before anything is planned: refuse changed settings, set the accumulation a new world size needs
         begin_fit(self.train_dataset, a.data_fingerprint)  # what the files' fingerprint may reuse; content needs files
-        resume = prepare_resume(self, resume)  # also reads a LoRA model's frozen base (trainer.frozen_base)
+        if self._frozen_base_of is not self.model:  # once per model, before the layout (AMP O2 casts it in fit())
+            self.frozen_base, self._frozen_base_of = frozen_base(self.model), self.model
+        resume = prepare_resume(self, resume)
         loader = self.train_dataloader = self.get_train_dataloader()
         self._plan_steps()
         if self.optimizer is None:

@@ -72,8 +72,6 @@ def load_model_weights(trainer, path: str) -> str:
     put_model, _ = _model_part(trainer, ckpt)
     try:
         put_model()
-    except ConfigError:
-        raise
     except Exception as exc:  # noqa: BLE001 - paddle's set_state_dict raises asserts and RuntimeErrors
         raise DataError(f"checkpoint {ckpt.path} holds weights this model cannot take ({type(exc).__name__}: "
                         f"{exc})") from None
@@ -88,8 +86,7 @@ def _model_part(trainer, ckpt: VerifiedCheckpoint):
         model_state, opt_tensors = trainer.layout.local_state(trainer.model, ckpt.model_state, ckpt.opt_tensors)
     except ValueError as exc:
         raise DataError(f"checkpoint {ckpt.path} cannot be split for this run: {exc}") from None
-    kept = _frozen_left_out(trainer.model, own, model_state, ckpt.meta)
-    _check_model({k: v for k, v in own.items() if k not in kept}, model_state, ckpt.path)
+    kept = _check_model(trainer.model, own, model_state, ckpt)
 
     def put_model():
         # an adapter's tensors go to its inner model (its own set_state_dict would skip them: layout.adapters)
@@ -100,18 +97,14 @@ def _model_part(trainer, ckpt: VerifiedCheckpoint):
     return put_model, opt_tensors
 
 
-def _frozen_left_out(model, own: dict, model_state: dict, meta: dict) -> set:
-    """The names of ``own`` (this model's tensors) a LoRA checkpoint left out as its frozen base
-    (``meta["frozen_base"]``: ``trainer.layout.adapters.frozen_base``): they keep the values the script loaded.
-    Only frozen parameters of this model qualify; any other missing tensor is still a mismatch."""
-    if not meta.get("frozen_base"):
-        return set()
-    frozen = frozen_tensor_ids(model)
-    return {k for k, v in own.items() if k not in model_state and id(v) in frozen}
-
-
-def _check_model(own: dict, model_state: dict, resolved: str) -> None:
-    missing = sorted(set(own) - set(model_state))
+def _check_model(model, own: dict, model_state: dict, ckpt: VerifiedCheckpoint) -> set:
+    """Check the checkpoint's model tensors against ``own`` (this model's, by name) and return the names it left
+    out as a LoRA run's frozen base (``meta["frozen_base"]``: ``trainer.layout.adapters.frozen_base``): they keep
+    the values the script loaded. Only this model's frozen parameters qualify; any other missing tensor, one too
+    many or a shape that differs is a DataError."""
+    frozen = frozen_tensor_ids(model) if ckpt.meta.get("frozen_base") else set()
+    kept = {k for k, v in own.items() if k not in model_state and id(v) in frozen}
+    missing = sorted(set(own) - set(model_state) - kept)
     unexpected = sorted(set(model_state) - set(own))
     mismatched = sorted(k for k in set(own) & set(model_state) if list(own[k].shape) != list(model_state[k].shape))
     if missing or unexpected or mismatched:
@@ -120,8 +113,9 @@ def _check_model(own: dict, model_state: dict, resolved: str) -> None:
             f"shape differs for {mismatched[:5]}" if mismatched else "") if part)
         hint = ("; it holds a LoRA adapter: wrap the base model in the LoRAModel the run trained (its LoRAConfig) "
                 "first" if any(".lora_" in k for k in unexpected) and not any(".lora_" in k for k in own) else "")
-        raise DataError(f"checkpoint {resolved} is for another model ({detail}): resume with the model that wrote "
+        raise DataError(f"checkpoint {ckpt.path} is for another model ({detail}): resume with the model that wrote "
                         f"it{hint}")
+    return kept
 
 
 def load_weights(model: paddle.nn.Layer, path: str) -> str:
@@ -138,8 +132,7 @@ def load_weights(model: paddle.nn.Layer, path: str) -> str:
     """
     ckpt = read_verified(path)
     own = model.state_dict()
-    kept = _frozen_left_out(model, own, ckpt.model_state, ckpt.meta)  # a LoRA checkpoint: the base is the model's
-    _check_model({k: v for k, v in own.items() if k not in kept}, ckpt.model_state, ckpt.path)
+    kept = _check_model(model, own, ckpt.model_state, ckpt)  # a LoRA checkpoint: the base is the model's
     check_frozen_base(frozen_base(model), ckpt.meta, ckpt.path, doing="load_weights")
     set_state(model, {k: _as_tensor(v, own[k].dtype) for k, v in ckpt.model_state.items()}, may_miss=kept)
     return ckpt.path

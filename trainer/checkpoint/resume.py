@@ -50,7 +50,6 @@ from ..data.iterable import is_iterable
 from ..data.loader import dataset_length
 from ..errors import ConfigError, DataError, option
 from ..layout.adapters import describe as describe_adapter
-from ..layout.adapters import frozen_base
 from . import RESUME_ENV
 from .fingerprint import checked, data_changes, data_fingerprint
 from .manifest import VerifiedCheckpoint, check_meta
@@ -86,12 +85,7 @@ _FRESH = "or start a fresh run in another output_dir"
 def prepare_resume(trainer, resume: Optional[str]) -> Optional[VerifiedCheckpoint]:
     """Resolve ``resume`` (a path or ``auto``), check this run against the checkpoint and set the
     accumulation a new world size needs. Returns the checkpoint to load, already read and verified
-    (the load applies it without reading it again), or None (fresh start). First, whether resuming or not, it
-    reads what this run's checkpoints record of a LoRA model's frozen base in place of its tensors
-    (``trainer.frozen_base``: :func:`trainer.layout.adapters.frozen_base`), before the layout casts or slices it
-    (once per model: AMP O2 has cast it when a second ``fit()`` comes)."""
-    if getattr(trainer, "_frozen_base_of", None) is not trainer.model:  # once per model: a second fit() may
-        trainer.frozen_base, trainer._frozen_base_of = frozen_base(trainer.model), trainer.model  # find it cast
+    (the load applies it without reading it again), or None (fresh start)."""
     if not resume:
         return None
     ckpt = resolve_read(resume, trainer.args.output_dir)  # 'auto' says which checkpoint it picked and why
