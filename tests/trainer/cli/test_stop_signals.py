@@ -28,12 +28,22 @@ def start(tmp_path, *flags, wrapper=(), preexec_fn=None):
     return proc, out
 
 
-def signal_when_training(proc, out, sig):
+def wait_for_rows(proc, out, rows=1) -> int:
+    """Until the run's metrics.jsonl holds ``rows`` records (the run is training); how many it holds."""
     metrics = out / "metrics.jsonl"
+
+    def held() -> int:
+        return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
     deadline = time.time() + patience(120)
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+    while held() < rows:
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.05)
+    return held()
+
+
+def signal_when_training(proc, out, sig):
+    wait_for_rows(proc, out)
     kids = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
     try:
@@ -82,17 +92,10 @@ def test_under_nohup_a_closed_terminal_does_not_stop_the_run(tmp_path):
     """``nohup ptrain run ... &``: nohup starts ptrain with SIGHUP ignored, and it stays ignored (the run goes on when
     the terminal closes); SIGTERM still saves and stops. Without nohup the same SIGHUP stops it (the test above)."""
     proc, out = start(tmp_path, "--save_strategy", "no", wrapper=["nohup"])
-    metrics = out / "metrics.jsonl"
-    deadline = time.time() + patience(120)
-    while not (metrics.exists() and metrics.read_text().strip()):
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
-        time.sleep(0.05)
+    rows = wait_for_rows(proc, out)
     for p in [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True):
         p.send_signal(signal.SIGHUP)  # the terminal closing: every process of the session gets it
-    rows = len(metrics.read_text().splitlines())
-    while len(metrics.read_text().splitlines()) < rows + 3:  # 15 more steps logged after the SIGHUP
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
-        time.sleep(0.05)
+    wait_for_rows(proc, out, rows + 3)  # 15 more steps logged after the SIGHUP
     stderr = signal_when_training(proc, out, signal.SIGTERM)
     assert proc.returncode == 143, stderr[-3000:]
     assert "received SIGHUP" not in stderr and "received SIGTERM" in stderr, stderr[-3000:]
